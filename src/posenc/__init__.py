@@ -1,0 +1,21 @@
+"""posenc: positional encodings for transformers — derived, implemented, tested.
+
+The package behind the posenc book. Every scheme is registered by name; see
+:func:`available_schemes`.
+"""
+
+from . import layout, learned, schemes, sinusoidal  # noqa: F401  (registers the schemes)
+from .schemes import PositionalScheme, available_schemes, build_scheme, register_scheme
+from .utils import get_device, seed_everything
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "PositionalScheme",
+    "available_schemes",
+    "build_scheme",
+    "get_device",
+    "register_scheme",
+    "seed_everything",
+    "__version__",
+]

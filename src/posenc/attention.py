@@ -1,0 +1,181 @@
+"""Multi-head attention with the four plug-in points of a positional scheme.
+
+One attention, two numerically equal paths:
+
+* the **reference** path computes the score matrix explicitly,
+  ``softmax(q kᵀ / √d_h + bias + mask) v + value_term``, and can return the attention weights for
+  figures (:func:`attention_reference`);
+* the **fast** path calls :func:`torch.nn.functional.scaled_dot_product_attention`, which picks a
+  fused kernel where the inputs allow (:func:`attention_sdpa`).
+
+Tests hold the two equal for every registered scheme.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._checks import check_choice, check_int
+from .schemes import PositionalScheme
+
+ATTENTION_IMPLS = ("auto", "reference", "sdpa")
+
+
+def causal_mask(q_len: int, k_len: int, *, device: torch.device | str | None = None) -> torch.Tensor:
+    """Boolean mask ``(q_len, k_len)``, True where query i may attend to key j.
+
+    Aligned bottom-right: the queries are the last ``q_len`` of the ``k_len`` keys, so query i sees
+    keys ``j ≤ i + (k_len − q_len)`` (the usual rule with a KV cache; for ``q_len == k_len`` it is
+    the lower triangle).
+
+    Raises:
+        ValueError: if ``q_len > k_len`` or either is negative.
+    """
+    q_len = check_int("q_len", q_len, minimum=0)
+    k_len = check_int("k_len", k_len, minimum=0)
+    if q_len > k_len:
+        raise ValueError(f"a causal mask needs q_len <= k_len, got q_len={q_len}, k_len={k_len}")
+    return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(k_len - q_len)
+
+
+def attention_reference(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    causal: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scaled dot-product attention with explicit scores (Vaswani et al. 2017, §3.2.1, Eq. 1).
+
+    Args:
+        q: (B, H, T_q, d_h). k, v: (B, H, T_k, d_h). Any float dtype; the softmax runs in float32.
+        bias: optional score bias broadcastable to (B, H, T_q, T_k), added after the 1/√d_h scaling.
+        causal: mask future keys (see :func:`causal_mask`).
+
+    Returns:
+        ``(out, weights)``: out (B, H, T_q, d_h) in q's dtype; weights (B, H, T_q, T_k), the
+        attention probabilities (each row sums to 1).
+    """
+    scores = (q @ k.transpose(-2, -1)).float() / math.sqrt(q.shape[-1])
+    if bias is not None:
+        scores = scores + bias.float()
+    if causal:
+        allowed = causal_mask(q.shape[-2], k.shape[-2], device=q.device)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=-1).to(q.dtype)
+    return weights @ v, weights
+
+
+def attention_sdpa(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    causal: bool = True,
+) -> torch.Tensor:
+    """The same attention as :func:`attention_reference` through
+    :func:`torch.nn.functional.scaled_dot_product_attention`.
+
+    Without a bias and with ``T_q == T_k`` the causal case uses ``is_causal=True`` and never builds
+    a T×T tensor; with a bias, the bias (with −inf at masked places) is passed as a float mask.
+
+    Args / Returns: as :func:`attention_reference`, without the weights.
+    """
+    q_len, k_len = q.shape[-2], k.shape[-2]
+    if bias is None:
+        if not causal:
+            return F.scaled_dot_product_attention(q, k, v)
+        if q_len == k_len:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(q_len, k_len, device=q.device))
+    mask = bias.to(q.dtype)
+    if causal:
+        allowed = causal_mask(q_len, k_len, device=q.device)
+        mask = mask.masked_fill(~allowed, float("-inf"))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head self-attention whose positional behaviour comes from a :class:`PositionalScheme`.
+
+    The scheme acts at plug-in points 2–4 here (q/k transform, score bias, value term); point 1
+    (embedding) is applied once by the model, before the first block.
+
+    Args:
+        d_model: model width d. num_heads: heads H (d must be divisible by H).
+        scheme: the positional scheme (may be shared between layers).
+        causal: mask future positions (decoder) or not (encoder).
+
+    Shape:
+        ``forward(x, positions)``: x (B, T, d); positions (T,) or (B, T) → (B, T, d), plus the
+        attention weights (B, H, T, T) when ``need_weights=True``, else None.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, scheme: PositionalScheme, *, causal: bool = True) -> None:
+        super().__init__()
+        self.d_model = check_int("d_model", d_model, minimum=1)
+        self.num_heads = check_int("num_heads", num_heads, minimum=1)
+        if d_model % num_heads:
+            raise ValueError(f"d_model must be divisible by num_heads, got {d_model} and {num_heads}")
+        self.head_dim = d_model // num_heads
+        self.scheme = scheme
+        self.causal = causal
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.proj = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        *,
+        impl: str = "auto",
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attend.
+
+        Args:
+            x: (B, T, d) float.
+            positions: (T,) or (B, T) integer or float positions of the tokens.
+            impl: ``"reference"``, ``"sdpa"``, or ``"auto"`` (sdpa unless weights are needed).
+            need_weights: also return the attention weights (reference path only).
+
+        Raises:
+            ValueError: unknown ``impl``; ``impl="sdpa"`` together with ``need_weights`` or with a
+                scheme that needs the weights; positions whose last dimension is not T.
+        """
+        impl = check_choice("impl", impl, ATTENTION_IMPLS)
+        batch, seq_len, _ = x.shape
+        if positions.shape[-1] != seq_len or positions.dim() not in (1, 2):
+            raise ValueError(
+                f"positions must have shape (T,) or (B, T) with T={seq_len}, got {tuple(positions.shape)}"
+            )
+        wants_weights = need_weights or self.scheme.needs_attention_weights
+        if impl == "sdpa" and wants_weights:
+            raise ValueError(
+                "impl='sdpa' cannot return attention weights; use impl='reference' or 'auto' "
+                f"(need_weights={need_weights}, scheme {self.scheme.name!r} needs weights: "
+                f"{self.scheme.needs_attention_weights})"
+            )
+        use_reference = impl == "reference" or (impl == "auto" and wants_weights)
+
+        q, k, v = self.qkv(x).view(batch, seq_len, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        # attention-level positions broadcast over heads: (T,) stays, (B, T) -> (B, 1, T)
+        pos = positions if positions.dim() == 1 else positions[:, None, :]
+        q, k = self.scheme.transform_qk(q, k, pos, pos)
+        bias = self.scheme.score_bias(q, k, pos, pos)
+        weights = None
+        if use_reference:
+            out, weights = attention_reference(q, k, v, bias=bias, causal=self.causal)
+            term = self.scheme.value_term(weights, pos, pos)
+            if term is not None:
+                out = out + term
+        else:
+            out = attention_sdpa(q, k, v, bias=bias, causal=self.causal)
+        out = out.transpose(1, 2).reshape(batch, seq_len, self.d_model)
+        return self.proj(out), (weights if need_weights else None)

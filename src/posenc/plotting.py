@@ -1,0 +1,85 @@
+"""One matplotlib style for the whole book.
+
+Colours are the Okabe–Ito palette (safe for the common colour-vision deficiencies); sequential
+maps are ``viridis``, diverging maps ``RdBu_r`` centred on zero. Call :func:`use_style` once per
+notebook (the chapters do it in their first cell).
+"""
+
+from __future__ import annotations
+
+import matplotlib as mpl
+import matplotlib.pyplot as plt
+import numpy as np
+from cycler import cycler
+
+#: Okabe & Ito (2008), "Color Universal Design".
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
+SEQUENTIAL_CMAP = "viridis"
+DIVERGING_CMAP = "RdBu_r"
+
+STYLE = {
+    "axes.prop_cycle": cycler(color=OKABE_ITO),
+    "figure.figsize": (7.0, 3.6),
+    "figure.dpi": 110,
+    "savefig.dpi": 150,
+    "savefig.bbox": "tight",
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.titlesize": 11,
+    "axes.labelsize": 10,
+    "legend.fontsize": 9,
+    "legend.frameon": False,
+    "image.cmap": SEQUENTIAL_CMAP,
+    "figure.constrained_layout.use": True,
+}
+
+
+def use_style() -> None:
+    """Apply the book's style to matplotlib's global settings."""
+    mpl.rcParams.update(STYLE)
+
+
+def heatmap(ax, matrix, *, xlabel: str, ylabel: str, title: str = "", diverging: bool = False,
+            colorbar_label: str = "", extent=None):
+    """Draw ``matrix`` (rows on the y axis, from the top) with a labelled colour bar.
+
+    Args:
+        ax: the matplotlib Axes. matrix: 2-D array or tensor. xlabel, ylabel, title: text.
+        diverging: use the diverging map, symmetric about zero.
+        colorbar_label: the colour bar's label (with units). extent: passed to ``imshow``.
+
+    Returns:
+        The AxesImage.
+    """
+    data = np.asarray(matrix.detach().cpu() if hasattr(matrix, "detach") else matrix, dtype=float)
+    kwargs = {"cmap": DIVERGING_CMAP if diverging else SEQUENTIAL_CMAP, "aspect": "auto", "interpolation": "nearest"}
+    if diverging:
+        bound = float(np.nanmax(np.abs(data))) or 1.0
+        kwargs.update(vmin=-bound, vmax=bound)
+    image = ax.imshow(data, extent=extent, **kwargs)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    ax.grid(False)
+    bar = ax.figure.colorbar(image, ax=ax)
+    bar.set_label(colorbar_label)
+    return image
+
+
+def perplexity_plot(ax, results: dict[str, dict[int, float]], *, train_len: int, title: str = ""):
+    """Validation perplexity against evaluation length, one line per scheme.
+
+    Args:
+        ax: the Axes. results: ``{scheme name: {length: perplexity}}``.
+        train_len: the training length, marked with a vertical line.
+    """
+    for name, by_len in results.items():
+        lengths = sorted(by_len)
+        ax.plot(lengths, [by_len[n] for n in lengths], marker="o", label=name)
+    ax.axvline(train_len, color="0.4", linestyle="--", linewidth=1)
+    ax.text(train_len, ax.get_ylim()[1], " training length", va="top", ha="left", fontsize=8, color="0.3")
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="evaluation length T (bytes)", ylabel="validation perplexity (per byte)", title=title)
+    ax.legend()
+    return ax
+

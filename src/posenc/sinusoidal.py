@@ -1,0 +1,108 @@
+"""Sinusoidal absolute position encodings (Vaswani et al. 2017, "Attention Is All You Need", §3.5).
+
+    PE(pos, 2i)     = sin(pos · θ_i)
+    PE(pos, 2i + 1) = cos(pos · θ_i),       θ_i = b^(−2i/d),  i = 0 … d/2 − 1.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ._checks import as_positions, check_base, check_choice, check_even_dim
+from .schemes import PositionalScheme, register_scheme
+
+SINUSOIDAL_LAYOUTS = ("interleaved", "concatenated")
+
+
+def compute_inv_freq(
+    dim: int, base: float = 10000.0, *, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """The inverse frequencies θ_i = base^(−2i/dim), i = 0 … dim/2 − 1, computed in log space.
+
+    ``exp(−(2i/dim)·ln base)`` turns a linear ramp into the geometric sequence of frequencies
+    without forming ``base**x`` itself, which overflows in float16 for large bases (base 500000
+    of Llama 3 exceeds float16's maximum of 65504). The result is float32 on ``device``.
+
+    Args:
+        dim: even number of features (d for sinusoidal tables, the rotated width for RoPE).
+        base: the frequency base b, finite and > 0.
+        device: where to create the tensor.
+
+    Returns:
+        float32 tensor ``(dim // 2,)``, decreasing from 1 to base^(−(dim−2)/dim) (radians per
+        position).
+
+    Raises:
+        ValueError: if ``dim`` is not a positive even integer or ``base`` is not finite and > 0.
+
+    Source: Vaswani et al. 2017, §3.5; the log-space form follows tensor2tensor's
+    ``get_timing_signal_1d``.
+    """
+    dim = check_even_dim("dim", dim)
+    base = check_base(base)
+    exponents = torch.arange(0, dim, 2, dtype=torch.float32, device=device) / dim
+    return torch.exp(exponents * -math.log(base))
+
+
+def sinusoidal_encoding(
+    positions: int | torch.Tensor,
+    dim: int,
+    base: float = 10000.0,
+    layout: str = "interleaved",
+) -> torch.Tensor:
+    """The sinusoidal position encoding of each position.
+
+    Args:
+        positions: an int ``T`` (meaning positions 0 … T−1), or a tensor of integer or float
+            positions of any shape ``(...)``, e.g. ``(T,)`` or ``(B, T)``.
+        dim: even encoding width d.
+        base: the frequency base b (10000 in the paper), finite and > 0.
+        layout: ``"interleaved"`` — sin on even and cos on odd features, as in the paper — or
+            ``"concatenated"`` — ``[sin | cos]``, as in tensor2tensor and Marian. The two differ by
+            :func:`posenc.layout.pair_permutation`.
+
+    Returns:
+        float32 tensor ``(..., dim)`` (``(T, dim)`` for an int ``T``) on the positions' device.
+        Angles are computed in float32.
+
+    Raises:
+        TypeError: if ``positions`` is neither an int nor a real tensor.
+        ValueError: for a negative T, non-finite positions, an odd or non-positive ``dim``, a base
+            that is not finite and > 0, or an unknown ``layout``.
+
+    Source: Vaswani et al. 2017, "Attention Is All You Need", §3.5.
+    """
+    positions = as_positions(positions)
+    layout = check_choice("layout", layout, SINUSOIDAL_LAYOUTS)
+    inv_freq = compute_inv_freq(dim, base, device=positions.device)
+    angles = positions.to(torch.float32)[..., None] * inv_freq  # (..., dim/2)
+    if layout == "interleaved":
+        return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)
+    return torch.cat((angles.sin(), angles.cos()), dim=-1)
+
+
+@register_scheme
+class SinusoidalScheme(PositionalScheme):
+    """``"sinusoidal"``: add :func:`sinusoidal_encoding` to the token embeddings (plug-in point 1).
+
+    No parameters; any length, including lengths never seen in training.
+
+    Args:
+        d_model, num_heads: model sizes (see :class:`posenc.schemes.PositionalScheme`).
+        base: frequency base b. layout: ``"interleaved"`` or ``"concatenated"``.
+    """
+
+    name = "sinusoidal"
+
+    def __init__(self, *, d_model: int, num_heads: int, base: float = 10000.0,
+                 layout: str = "interleaved") -> None:
+        super().__init__(d_model=d_model, num_heads=num_heads)
+        check_even_dim("d_model", d_model)
+        self.base = check_base(base)
+        self.layout = check_choice("layout", layout, SINUSOIDAL_LAYOUTS)
+
+    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        pe = sinusoidal_encoding(positions, self.d_model, self.base, self.layout)
+        return x + pe.to(x.dtype)

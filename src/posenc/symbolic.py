@@ -1,0 +1,180 @@
+"""The book's derivations as functions that return sympy objects.
+
+The notebooks display these results and ``assert`` the claims; the tests lambdify the same objects
+and compare them with the torch code (the derivation-to-code bridge). Nothing here is numerical.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+# ---------------------------------------------------------------------------------------------
+# Why order matters
+# ---------------------------------------------------------------------------------------------
+
+
+def symbolic_matrix(name: str, rows: int, cols: int) -> sp.Matrix:
+    """A ``rows × cols`` matrix of real symbols ``name_{i,j}``."""
+    return sp.Matrix(rows, cols, lambda i, j: sp.Symbol(f"{name}_{{{i},{j}}}", real=True))
+
+
+def row_softmax(scores: sp.Matrix) -> sp.Matrix:
+    """Softmax of each row: ``exp(s_ij) / Σ_j exp(s_ij)``."""
+    expd = scores.applyfunc(sp.exp)
+    rows = []
+    for i in range(expd.rows):
+        total = sum(expd.row(i))
+        rows.append([e / total for e in expd.row(i)])
+    return sp.Matrix(rows)
+
+
+def self_attention(X: sp.Matrix, Wq: sp.Matrix, Wk: sp.Matrix, Wv: sp.Matrix) -> sp.Matrix:
+    """Single-head self-attention without positions or mask:
+    ``softmax(X W_q (X W_k)ᵀ / √d_h) X W_v`` with X of shape (T, d)."""
+    Q, K, V = X * Wq, X * Wk, X * Wv
+    return row_softmax(Q * K.T / sp.sqrt(Wq.shape[1])) * V
+
+
+def permutation_matrix(perm: list[int]) -> sp.Matrix:
+    """The matrix P with ``(P X)[i] = X[perm[i]]``."""
+    n = len(perm)
+    return sp.Matrix(n, n, lambda i, j: 1 if perm[i] == j else 0)
+
+
+@dataclass(frozen=True)
+class PermutationEquivariance:
+    """``attention(P X)`` and ``P attention(X)`` for a symbolic X and permutation P."""
+
+    X: sp.Matrix
+    P: sp.Matrix
+    attention_of_permuted: sp.Matrix
+    permuted_attention: sp.Matrix
+
+    def difference(self) -> sp.Matrix:
+        return (self.attention_of_permuted - self.permuted_attention).applyfunc(sp.simplify)
+
+
+def permutation_equivariance(seq_len: int = 3, dim: int = 2, head_dim: int = 2,
+                             perm: list[int] | None = None) -> PermutationEquivariance:
+    """Attention of a permuted sequence vs the permuted attention, with every entry of X, W_q,
+    W_k, W_v a free symbol. Their difference is the zero matrix: attention without positional
+    information is permutation-equivariant."""
+    perm = perm if perm is not None else [*range(1, seq_len), 0]
+    X = symbolic_matrix("x", seq_len, dim)
+    Wq, Wk, Wv = (symbolic_matrix(n, dim, head_dim) for n in ("W^q", "W^k", "W^v"))
+    P = permutation_matrix(perm)
+    return PermutationEquivariance(X, P, self_attention(P * X, Wq, Wk, Wv), P * self_attention(X, Wq, Wk, Wv))
+
+
+@dataclass(frozen=True)
+class AbsoluteScore:
+    """The attention logit with absolute positions added to the inputs, expanded.
+
+    ``score`` is ``(x_m + p_m)ᵀ W_qᵀ W_k (x_n + p_n)`` and ``terms`` its four parts."""
+
+    score: sp.MatrixExpr
+    expanded: sp.MatrixExpr
+    terms: dict[str, sp.MatrixExpr]
+
+
+def absolute_score_expansion(dim: sp.Symbol | int | None = None, head_dim=None) -> AbsoluteScore:
+    """Expand the score between query position m and key position n when position vectors are added
+    to the token embeddings, using sympy's non-commutative matrix symbols.
+
+    Returns the four terms: content–content ``x_mᵀ W_qᵀ W_k x_n``, content–position
+    ``x_mᵀ W_qᵀ W_k p_n``, position–content ``p_mᵀ W_qᵀ W_k x_n`` and position–position
+    ``p_mᵀ W_qᵀ W_k p_n`` (Ke et al. 2021, "Rethinking Positional Encoding in Language
+    Pre-training", Eq. 4; Dai et al. 2019, §3.3 use the same split for Transformer-XL).
+    """
+    d = dim if dim is not None else sp.Symbol("d", integer=True, positive=True)
+    dh = head_dim if head_dim is not None else sp.Symbol("d_h", integer=True, positive=True)
+    x_m, x_n, p_m, p_n = (sp.MatrixSymbol(n, d, 1) for n in ("x_m", "x_n", "p_m", "p_n"))
+    Wq, Wk = sp.MatrixSymbol("W_q", dh, d), sp.MatrixSymbol("W_k", dh, d)
+    score = (Wq * (x_m + p_m)).T * (Wk * (x_n + p_n))
+    expanded = sp.expand(score)
+    terms = {
+        "content-content": x_m.T * Wq.T * Wk * x_n,
+        "content-position": x_m.T * Wq.T * Wk * p_n,
+        "position-content": p_m.T * Wq.T * Wk * x_n,
+        "position-position": p_m.T * Wq.T * Wk * p_n,
+    }
+    return AbsoluteScore(score, expanded, terms)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sinusoidal
+# ---------------------------------------------------------------------------------------------
+
+pos, phi, t = sp.symbols("pos phi t", real=True)
+omega = sp.Symbol("omega", positive=True)
+base_symbol = sp.Symbol("b", positive=True)
+
+
+def sinusoidal_inv_freq(dim: int | sp.Symbol, i=None, base=None) -> sp.Expr:
+    """θ_i = b^(−2i/d) (Vaswani et al. 2017, §3.5)."""
+    i = i if i is not None else sp.Symbol("i", integer=True, nonnegative=True)
+    b = base if base is not None else base_symbol
+    return b ** (-2 * sp.Integer(1) * i / dim)
+
+
+def sinusoidal_pair(position=pos, frequency=omega) -> sp.Matrix:
+    """One feature pair of the encoding: ``[sin(ω·pos), cos(ω·pos)]ᵀ``."""
+    return sp.Matrix([sp.sin(frequency * position), sp.cos(frequency * position)])
+
+
+def sinusoidal_table(dim: int, base=None, layout: str = "interleaved", position=pos) -> sp.Matrix:
+    """The full encoding vector PE(pos) of width ``dim`` as a column of sympy expressions."""
+    freqs = [sinusoidal_inv_freq(dim, i, base) for i in range(dim // 2)]
+    sins = [sp.sin(position * f) for f in freqs]
+    coss = [sp.cos(position * f) for f in freqs]
+    if layout == "interleaved":
+        return sp.Matrix([v for pair in zip(sins, coss) for v in pair])
+    if layout == "concatenated":
+        return sp.Matrix(sins + coss)
+    raise ValueError(f"layout must be 'interleaved' or 'concatenated', got {layout!r}")
+
+
+@dataclass(frozen=True)
+class ShiftMatrix:
+    """The solution of ``M · PE(pos) = PE(pos + φ)`` for one frequency."""
+
+    unknowns: sp.Matrix
+    equations: list[sp.Expr]
+    M: sp.Matrix
+
+
+def sinusoidal_shift_matrix() -> ShiftMatrix:
+    """Solve for the 2×2 matrix M with ``M · [sin ωpos, cos ωpos]ᵀ = [sin ω(pos+φ), cos ω(pos+φ)]ᵀ``
+    for every pos.
+
+    The right side expands (angle addition) into a linear combination of ``sin ωpos`` and
+    ``cos ωpos``; the identity holds for all pos exactly when the coefficients of both agree, which
+    gives four linear equations in the four unknowns.
+    """
+    a, b, c, d = sp.symbols("m_11 m_12 m_21 m_22")
+    unknowns = sp.Matrix([[a, b], [c, d]])
+    s, co = sp.symbols("s c")  # stand-ins for sin(ω pos), cos(ω pos)
+    lhs = unknowns * sp.Matrix([s, co])
+    rhs = sinusoidal_pair(pos + phi).applyfunc(lambda e: sp.expand(e, trig=True)).subs({sp.sin(omega * pos): s, sp.cos(omega * pos): co})
+    equations = []
+    for row in range(2):
+        diff = sp.expand(lhs[row] - rhs[row])
+        equations += [diff.coeff(s), diff.coeff(co)]
+    solution = sp.solve(equations, [a, b, c, d], dict=True)
+    if len(solution) != 1:
+        raise RuntimeError(f"expected one solution, got {solution}")
+    return ShiftMatrix(unknowns, equations, unknowns.subs(solution[0]))
+
+
+def sinusoidal_dot_product(num_pairs: int = 4):
+    """``PE(t) · PE(t + φ)`` for ``num_pairs`` pairs with free frequencies ω_0 … ω_{k−1}.
+
+    Returns:
+        ``(expression, closed_form, frequencies)`` where closed_form is ``Σ_k cos(ω_k φ)``.
+    """
+    freqs = sp.symbols(f"omega_0:{num_pairs}", positive=True)
+    expr = sum((sinusoidal_pair(t, w).T * sinusoidal_pair(t + phi, w))[0] for w in freqs)
+    closed = sum(sp.cos(w * phi) for w in freqs)
+    return expr, closed, freqs

@@ -1,0 +1,248 @@
+"""Training and evaluation of the tiny LM, with trained weights cached on disk.
+
+:func:`train` is an AdamW loop (linear warm-up, cosine decay, gradient clipping) with a tqdm
+progress bar. Its result is stored under :func:`cache_dir`, keyed by a hash of the *full*
+configuration — model config, training config and a fingerprint of the corpus bytes — so that
+re-running a notebook, or building the site after testing it, loads the weights instead of
+retraining. The device is not part of the key: weights trained on a GPU are reused on a CPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import platformdirs
+import torch
+import torch.nn.functional as F
+from filelock import FileLock
+from tqdm.auto import tqdm
+
+from ._checks import check_int
+from .data import Corpus, eval_windows, get_batch, load_stdlib_corpus
+from .model import ModelConfig, TinyLM
+from .utils import get_device, seed_everything
+
+#: Bump when a change to the training code makes old cached weights wrong.
+CACHE_VERSION = 1
+
+
+@dataclass
+class TrainConfig:
+    """How to train.
+
+    Attributes:
+        seq_len: training length L_train (bytes). batch_size: sequences per step. steps: optimiser
+        steps. lr: peak learning rate. warmup_steps: linear warm-up. weight_decay: AdamW decay of
+        the weight matrices (embeddings, biases and norms are not decayed, so rows of a learned
+        table that training never reaches stay exactly at their initial values). grad_clip: max
+        gradient norm. seed: seeds initialisation and batch order.
+    """
+
+    seq_len: int = 64
+    batch_size: int = 32
+    steps: int = 600
+    lr: float = 3e-3
+    warmup_steps: int = 50
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("seq_len", "batch_size", "steps"):
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("warmup_steps", self.warmup_steps, minimum=0)
+        check_int("seed", self.seed, minimum=0)
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"lr must be finite and > 0, got {self.lr}")
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` returns.
+
+    Attributes:
+        model: the trained TinyLM, in eval mode, on the requested device.
+        losses: training loss at every step.
+        seconds: wall time of the training run that produced these weights (not of a cache load).
+        from_cache: whether the weights were loaded from disk.
+        key: the cache key.
+    """
+
+    model: TinyLM
+    losses: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    from_cache: bool = False
+    key: str = ""
+
+
+def cache_dir() -> Path:
+    """Where trained weights live: ``$POSENC_CACHE_DIR`` if set, else the user cache folder
+    (``~/.cache/posenc`` on Linux, via platformdirs)."""
+    env = os.environ.get("POSENC_CACHE_DIR")
+    return Path(env) if env else Path(platformdirs.user_cache_dir("posenc"))
+
+
+def cache_key(model_config: ModelConfig, train_config: TrainConfig, corpus: Corpus) -> str:
+    """A stable hash of everything that determines the trained weights."""
+    payload = {
+        "version": CACHE_VERSION,
+        "model": model_config.to_dict(),
+        "train": asdict(train_config),
+        "corpus": [corpus.name, corpus.fingerprint],
+    }
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return f"{model_config.scheme}-{hashlib.sha256(text.encode()).hexdigest()[:20]}"
+
+
+def _lr_at(step: int, cfg: TrainConfig) -> float:
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    return cfg.lr * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def _optimizer(model: TinyLM, cfg: TrainConfig) -> torch.optim.AdamW:
+    decay, no_decay = [], []
+    for module in model.modules():
+        for name, p in module.named_parameters(recurse=False):
+            is_matrix_weight = isinstance(module, torch.nn.Linear) and name == "weight"
+            (decay if is_matrix_weight else no_decay).append(p)
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95))
+
+
+def train(
+    model_config: ModelConfig,
+    train_config: TrainConfig,
+    corpus: Corpus | None = None,
+    *,
+    device: torch.device | str | None = None,
+    use_cache: bool = True,
+    progress: bool = True,
+) -> TrainResult:
+    """Train a :class:`TinyLM` on ``corpus`` (default: the stdlib corpus), or load it from the cache.
+
+    Deterministic on the CPU for a given ``train_config.seed``: the seed fixes the initialisation
+    and, through its own generator, the batch order.
+
+    Args:
+        model_config, train_config: the full configuration (and the cache key).
+        corpus: training data; default :func:`posenc.data.load_stdlib_corpus`.
+        device: default :func:`posenc.get_device`.
+        use_cache: load from / save to :func:`cache_dir`.
+        progress: show a tqdm progress bar.
+
+    Returns:
+        A :class:`TrainResult` whose model is in eval mode.
+    """
+    corpus = corpus if corpus is not None else load_stdlib_corpus()
+    device = torch.device(device) if device is not None else get_device()
+    key = cache_key(model_config, train_config, corpus)
+    path = cache_dir() / f"{key}.pt"
+    if use_cache:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(path) + ".lock"):  # two processes asking for one config train it once
+            if path.exists():
+                return _load(path, model_config, key, device)
+            result = _train(model_config, train_config, corpus, device, key, progress)
+            tmp = path.with_suffix(".tmp")
+            torch.save({"state_dict": {k: v.cpu() for k, v in result.model.state_dict().items()},
+                        "losses": result.losses, "seconds": result.seconds}, tmp)
+            os.replace(tmp, path)
+            return result
+    return _train(model_config, train_config, corpus, device, key, progress)
+
+
+def _load(path: Path, model_config: ModelConfig, key: str, device: torch.device) -> TrainResult:
+    blob = torch.load(path, map_location="cpu", weights_only=True)
+    model = TinyLM(model_config)
+    model.load_state_dict(blob["state_dict"])
+    return TrainResult(model.to(device).eval(), list(blob["losses"]), float(blob["seconds"]), True, key)
+
+
+def _train(model_config, cfg: TrainConfig, corpus: Corpus, device, key, progress) -> TrainResult:
+    generator = seed_everything(cfg.seed)
+    model = TinyLM(model_config).to(device)
+    opt = _optimizer(model, cfg)
+    losses: list[float] = []
+    start = time.perf_counter()
+    model.train()
+    bar = tqdm(range(cfg.steps), desc=f"train {model_config.scheme}", disable=not progress, mininterval=1.0)
+    for step in bar:
+        for group in opt.param_groups:
+            group["lr"] = _lr_at(step, cfg)
+        x, y = get_batch(corpus.train, cfg.batch_size, cfg.seq_len, generator=generator, device=device)
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        losses.append(loss.item())
+        if step % 50 == 0:
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    bar.close()
+    return TrainResult(model.eval(), losses, time.perf_counter() - start, False, key)
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """Validation loss (nats per byte), perplexity (e^loss) and bits per byte at one length."""
+
+    seq_len: int
+    loss: float
+    tokens: int
+
+    @property
+    def perplexity(self) -> float:
+        return math.exp(self.loss)
+
+    @property
+    def bits_per_byte(self) -> float:
+        return self.loss / math.log(2)
+
+
+@torch.no_grad()
+def evaluate(model: TinyLM, data: torch.Tensor, seq_len: int, *, max_tokens: int = 32768,
+             batch_size: int = 16) -> EvalResult:
+    """Mean next-byte cross-entropy of ``model`` on windows of length ``seq_len``.
+
+    The first ``max_tokens`` bytes of ``data`` are cut into non-overlapping windows
+    (:func:`posenc.data.eval_windows`); every position of every window is scored. Evaluating the
+    same text at several lengths is how extrapolation is measured.
+
+    Args:
+        model: a TinyLM. data: uint8 (N,) bytes. seq_len: window length T (may exceed the training
+        length). max_tokens: bytes to score. batch_size: windows per forward pass.
+
+    Returns:
+        An :class:`EvalResult`.
+
+    Raises:
+        ValueError: if no window fits; whatever the model raises for the length (a learned table
+        shorter than ``seq_len``).
+    """
+    batch_size = check_int("batch_size", batch_size, minimum=1)
+    x_all, y_all = eval_windows(data, seq_len, max_tokens)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    for i in range(0, x_all.shape[0], batch_size):
+        x, y = x_all[i:i + batch_size].to(device), y_all[i:i + batch_size].to(device)
+        logits = model(x)
+        total += F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum").item()
+        count += y.numel()
+    model.train(was_training)
+    return EvalResult(seq_len, total / count, count)
+
+
+def perplexity_by_length(model: TinyLM, data: torch.Tensor, lengths, *, max_tokens: int = 32768) -> dict[int, float]:
+    """``{seq_len: validation perplexity}`` for each length, all on the same first ``max_tokens``
+    bytes of ``data``."""
+    return {int(n): evaluate(model, data, int(n), max_tokens=max_tokens).perplexity for n in lengths}

@@ -1,0 +1,70 @@
+import pytest
+import torch
+
+from posenc.data import eval_windows, get_batch, load_stdlib_corpus, load_text_corpus, stdlib_source_files
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return load_stdlib_corpus()
+
+
+def test_stdlib_corpus_is_real_deterministic_and_split_by_file(corpus):
+    files = stdlib_source_files()
+    assert len(files) >= 20 and files == sorted(files)
+    assert set(corpus.train_files).isdisjoint(corpus.val_files)
+    assert len(corpus.train_files) + len(corpus.val_files) == len(files)
+    assert corpus.train.dtype == torch.uint8 and corpus.train.numel() > 1_000_000
+    assert b"def " in bytes(corpus.val[:20000].tolist())
+    again = load_stdlib_corpus()
+    assert torch.equal(again.train, corpus.train) and again.fingerprint == corpus.fingerprint
+
+
+def test_batches_are_shifted_windows(corpus):
+    g = torch.Generator().manual_seed(0)
+    x, y = get_batch(corpus.train, 4, 33, generator=g)
+    assert x.shape == y.shape == (4, 33) and x.dtype == torch.long
+    assert torch.equal(x[:, 1:], y[:, :-1])
+    x2, _ = get_batch(corpus.train, 4, 33, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(x, x2)
+
+
+def test_eval_windows_cover_the_same_text_at_every_length(corpus):
+    x64, y64 = eval_windows(corpus.val, 64, 1024)
+    x256, _ = eval_windows(corpus.val, 256, 1024)
+    assert x64.shape == (16, 64) and x256.shape == (4, 256)
+    assert torch.equal(x64.flatten(), x256.flatten())
+    assert torch.equal(x64.flatten()[1:], y64.flatten()[:-1])
+
+
+def test_text_file_and_folder(tmp_path):
+    f = tmp_path / "a.txt"
+    f.write_text("hello world " * 100)
+    single = load_text_corpus(f)
+    assert single.train.numel() + single.val.numel() == 1200
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for i in range(12):
+        (folder / f"{i:02d}.txt").write_text(f"file {i}\n")
+    split = load_text_corpus(folder)
+    assert split.val_files == ("09.txt",) and len(split.train_files) == 11
+
+
+@pytest.mark.parametrize(
+    "call, error, text",
+    [
+        (lambda c: get_batch(c.train[:10], 2, 10), ValueError, "seq_len must be < the stream length 10, got 10"),
+        (lambda c: get_batch(c.train, 0, 10), ValueError, "batch_size must be >= 1"),
+        (lambda c: eval_windows(c.val, 512, 100), ValueError, "no evaluation window of length 512 fits"),
+        (lambda c: load_text_corpus("/nonexistent/file.txt"), FileNotFoundError, "no such file"),
+    ],
+)
+def test_bad_input(corpus, call, error, text):
+    with pytest.raises(error, match=text):
+        call(corpus)
+
+
+def test_folder_with_too_few_files(tmp_path):
+    (tmp_path / "one.txt").write_text("x")
+    with pytest.raises(ValueError, match="need at least 10 files"):
+        load_text_corpus(tmp_path)

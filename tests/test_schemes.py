@@ -1,0 +1,49 @@
+import pytest
+
+import posenc
+from posenc.schemes import PositionalScheme, build_scheme, get_scheme_class, register_scheme
+
+
+def test_foundation_schemes_are_registered():
+    assert {"none", "sinusoidal", "learned"} <= set(posenc.available_schemes())
+
+
+@pytest.mark.parametrize("name", posenc.available_schemes())
+def test_build_by_name(name):
+    scheme = build_scheme(name, d_model=8, num_heads=2)
+    assert isinstance(scheme, PositionalScheme) and scheme.name == name and scheme.head_dim == 4
+
+
+def test_unknown_name_lists_known_ones():
+    with pytest.raises(ValueError, match=r"unknown positional scheme 'rotary'; known schemes: 'none'"):
+        get_scheme_class("rotary")
+
+
+def test_scheme_options_are_checked():
+    with pytest.raises(ValueError, match="layout must be one of"):
+        build_scheme("sinusoidal", d_model=8, num_heads=2, layout="half")
+    with pytest.raises(ValueError, match="d_model must be even"):
+        build_scheme("sinusoidal", d_model=9, num_heads=1)
+    with pytest.raises(ValueError, match="max_len must be >= 1"):
+        build_scheme("learned", d_model=8, num_heads=2, max_len=0)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        build_scheme("none", d_model=8, num_heads=2, bogus=1)
+    with pytest.raises(ValueError, match="d_model must be divisible by num_heads"):
+        build_scheme("none", d_model=8, num_heads=3)
+
+
+def test_register_rejects_bad_classes():
+    with pytest.raises(TypeError, match="only PositionalScheme subclasses"):
+        register_scheme(int)
+
+    class Nameless(PositionalScheme):
+        pass
+
+    with pytest.raises(ValueError, match="empty name"):
+        register_scheme(Nameless)
+
+    class Clash(PositionalScheme):
+        name = "sinusoidal"
+
+    with pytest.raises(ValueError, match="already registered"):
+        register_scheme(Clash)

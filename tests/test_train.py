@@ -1,0 +1,67 @@
+import math
+
+import pytest
+import torch
+
+from posenc.data import Corpus
+from posenc.model import ModelConfig
+from posenc.train import TrainConfig, cache_key, evaluate, perplexity_by_length, train
+
+SMALL = ModelConfig(scheme="sinusoidal", d_model=16, num_heads=2, num_layers=1)
+QUICK = TrainConfig(seq_len=16, batch_size=4, steps=30, warmup_steps=5)
+
+
+@pytest.fixture()
+def corpus():
+    g = torch.Generator().manual_seed(0)
+    text = torch.randint(97, 101, (20_000,), generator=g, dtype=torch.uint8)  # a 4-letter alphabet
+    return Corpus("toy", text[:16_000], text[16_000:])
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_training_learns_and_is_deterministic_on_cpu(corpus):
+    a = train(SMALL, QUICK, corpus, device="cpu", use_cache=False, progress=False)
+    b = train(SMALL, QUICK, corpus, device="cpu", use_cache=False, progress=False)
+    assert a.losses == b.losses
+    assert sum(a.losses[-5:]) / 5 < a.losses[0] - 1.0  # from ~ln 256 towards ln 4
+    for (na, pa), (nb, pb) in zip(a.model.state_dict().items(), b.model.state_dict().items()):
+        assert na == nb and torch.equal(pa, pb)
+
+
+def test_cache_round_trip(corpus, tmp_path):
+    first = train(SMALL, QUICK, corpus, device="cpu", progress=False)
+    second = train(SMALL, QUICK, corpus, device="cpu", progress=False)
+    assert not first.from_cache and second.from_cache and first.key == second.key
+    assert second.losses == first.losses and second.seconds == first.seconds
+    assert not second.model.training
+    for p, q in zip(first.model.parameters(), second.model.parameters()):
+        assert torch.equal(p, q)
+    assert (tmp_path / "cache" / f"{first.key}.pt").exists()
+
+
+def test_cache_key_sees_every_part_of_the_config(corpus):
+    key = cache_key(SMALL, QUICK, corpus)
+    assert key == cache_key(ModelConfig(**SMALL.to_dict()), TrainConfig(**vars(QUICK)), corpus)
+    assert key != cache_key(ModelConfig(**{**SMALL.to_dict(), "scheme_options": {"base": 100.0}}), QUICK, corpus)
+    assert key != cache_key(SMALL, TrainConfig(**{**vars(QUICK), "seed": 1}), corpus)
+    other = Corpus("toy", corpus.train.flip(0), corpus.val)
+    assert key != cache_key(SMALL, QUICK, other)
+
+
+def test_evaluate_reports_perplexity_at_any_length(corpus):
+    model = train(SMALL, QUICK, corpus, device="cpu", use_cache=False, progress=False).model
+    result = evaluate(model, corpus.val, 32, max_tokens=1024)
+    assert result.tokens == 1024 and math.isclose(result.perplexity, math.exp(result.loss))
+    by_len = perplexity_by_length(model, corpus.val, [16, 32, 64], max_tokens=1024)
+    assert set(by_len) == {16, 32, 64} and all(1.0 < v < 256.0 for v in by_len.values())
+
+
+def test_bad_train_config():
+    with pytest.raises(ValueError, match="steps must be >= 1"):
+        TrainConfig(steps=0)
+    with pytest.raises(ValueError, match="lr must be finite and > 0"):
+        TrainConfig(lr=-1.0)
