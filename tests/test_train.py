@@ -65,3 +65,14 @@ def test_bad_train_config():
         TrainConfig(steps=0)
     with pytest.raises(ValueError, match="lr must be finite and > 0"):
         TrainConfig(lr=-1.0)
+
+
+def test_loss_by_position_averages_token_losses(corpus):
+    from posenc.train import loss_by_position, token_losses
+
+    model = train(SMALL, QUICK, corpus, device="cpu", use_cache=False, progress=False).model
+    per_token = token_losses(model, corpus.val, 32, max_tokens=1024)
+    assert per_token.shape == (32, 32)
+    by_pos = loss_by_position(model, corpus.val, 32, max_tokens=1024)
+    torch.testing.assert_close(by_pos, per_token.mean(0))
+    assert math.isclose(evaluate(model, corpus.val, 32, max_tokens=1024).loss, float(per_token.double().mean()), rel_tol=1e-6)

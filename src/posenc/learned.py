@@ -74,6 +74,7 @@ class LearnedScheme(PositionalScheme):
     def __init__(self, *, d_model: int, num_heads: int, max_len: int = 1024) -> None:
         super().__init__(d_model=d_model, num_heads=num_heads)
         self.table = LearnedPositionalEmbedding(max_len, d_model)
+        self.max_positions = self.table.max_len
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         return x + self.table(positions).to(x.dtype)

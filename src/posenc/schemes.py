@@ -32,8 +32,9 @@ class PositionalScheme(nn.Module):
     """Base class: a scheme that adds no positional information at any plug-in point.
 
     Subclasses set ``name`` and override the plug-in points they use. Every method receives the
-    positions explicitly — int or float tensors of shape ``(T,)`` or ``(B, T)`` — so that KV-cache
-    offsets and interpolated positions need no special case.
+    positions explicitly, as int or float tensors, so that KV-cache offsets and interpolated
+    positions need no special case: :meth:`embed` gets ``(T,)`` or ``(B, T)``; the attention-level
+    points get ``(T,)`` or ``(B, 1, T)``, which broadcasts against the head dimension.
 
     Args:
         d_model: model width d.
@@ -47,6 +48,8 @@ class PositionalScheme(nn.Module):
     #: True when :meth:`value_term` is used: the attention must then materialise its weights,
     #: so the fused ``scaled_dot_product_attention`` path cannot be taken.
     needs_attention_weights: ClassVar[bool] = False
+    #: The longest sequence the scheme can encode (a learned table's size); None for no limit.
+    max_positions: int | None = None
 
     def __init__(self, *, d_model: int, num_heads: int) -> None:
         super().__init__()

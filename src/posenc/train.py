@@ -72,6 +72,7 @@ class TrainResult:
         seconds: wall time of the training run that produced these weights (not of a cache load).
         from_cache: whether the weights were loaded from disk.
         key: the cache key.
+        train_config: the training configuration (its ``seq_len`` is the training length).
     """
 
     model: TinyLM
@@ -79,6 +80,7 @@ class TrainResult:
     seconds: float = 0.0
     from_cache: bool = False
     key: str = ""
+    train_config: TrainConfig | None = None
 
 
 def cache_dir() -> Path:
@@ -149,7 +151,7 @@ def train(
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(path) + ".lock"):  # two processes asking for one config train it once
             if path.exists():
-                return _load(path, model_config, key, device)
+                return _load(path, model_config, train_config, key, device)
             result = _train(model_config, train_config, corpus, device, key, progress)
             tmp = path.with_suffix(".tmp")
             torch.save({"state_dict": {k: v.cpu() for k, v in result.model.state_dict().items()},
@@ -159,11 +161,12 @@ def train(
     return _train(model_config, train_config, corpus, device, key, progress)
 
 
-def _load(path: Path, model_config: ModelConfig, key: str, device: torch.device) -> TrainResult:
+def _load(path: Path, model_config: ModelConfig, train_config: TrainConfig, key: str,
+          device: torch.device) -> TrainResult:
     blob = torch.load(path, map_location="cpu", weights_only=True)
     model = TinyLM(model_config)
     model.load_state_dict(blob["state_dict"])
-    return TrainResult(model.to(device).eval(), list(blob["losses"]), float(blob["seconds"]), True, key)
+    return TrainResult(model.to(device).eval(), list(blob["losses"]), float(blob["seconds"]), True, key, train_config)
 
 
 def _train(model_config, cfg: TrainConfig, corpus: Corpus, device, key, progress) -> TrainResult:
@@ -187,7 +190,7 @@ def _train(model_config, cfg: TrainConfig, corpus: Corpus, device, key, progress
         if step % 50 == 0:
             bar.set_postfix(loss=f"{losses[-1]:.3f}")
     bar.close()
-    return TrainResult(model.eval(), losses, time.perf_counter() - start, False, key)
+    return TrainResult(model.eval(), losses, time.perf_counter() - start, False, key, cfg)
 
 
 @dataclass(frozen=True)
@@ -208,20 +211,19 @@ class EvalResult:
 
 
 @torch.no_grad()
-def evaluate(model: TinyLM, data: torch.Tensor, seq_len: int, *, max_tokens: int = 32768,
-             batch_size: int = 16) -> EvalResult:
-    """Mean next-byte cross-entropy of ``model`` on windows of length ``seq_len``.
+def token_losses(model: TinyLM, data: torch.Tensor, seq_len: int, *, max_tokens: int = 32768,
+                 batch_size: int = 16) -> torch.Tensor:
+    """Next-byte cross-entropy (nats) at every position of every evaluation window.
 
-    The first ``max_tokens`` bytes of ``data`` are cut into non-overlapping windows
-    (:func:`posenc.data.eval_windows`); every position of every window is scored. Evaluating the
-    same text at several lengths is how extrapolation is measured.
+    The first ``max_tokens`` bytes of ``data`` are cut into non-overlapping windows of length
+    ``seq_len`` (:func:`posenc.data.eval_windows`) and scored in eval mode.
 
     Args:
         model: a TinyLM. data: uint8 (N,) bytes. seq_len: window length T (may exceed the training
         length). max_tokens: bytes to score. batch_size: windows per forward pass.
 
     Returns:
-        An :class:`EvalResult`.
+        float32 tensor (num_windows, seq_len) on the CPU.
 
     Raises:
         ValueError: if no window fits; whatever the model raises for the length (a learned table
@@ -232,14 +234,38 @@ def evaluate(model: TinyLM, data: torch.Tensor, seq_len: int, *, max_tokens: int
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
-    total, count = 0.0, 0
-    for i in range(0, x_all.shape[0], batch_size):
-        x, y = x_all[i:i + batch_size].to(device), y_all[i:i + batch_size].to(device)
-        logits = model(x)
-        total += F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum").item()
-        count += y.numel()
-    model.train(was_training)
-    return EvalResult(seq_len, total / count, count)
+    losses = []
+    try:
+        for i in range(0, x_all.shape[0], batch_size):
+            x, y = x_all[i:i + batch_size].to(device), y_all[i:i + batch_size].to(device)
+            logits = model(x).float()
+            losses.append(F.cross_entropy(logits.transpose(1, 2), y, reduction="none").cpu())
+    finally:
+        model.train(was_training)
+    return torch.cat(losses)
+
+
+def evaluate(model: TinyLM, data: torch.Tensor, seq_len: int, *, max_tokens: int = 32768,
+             batch_size: int = 16) -> EvalResult:
+    """Mean next-byte cross-entropy of ``model`` on windows of length ``seq_len``.
+
+    Every position of every window counts (see :func:`token_losses`). Evaluating the same text at
+    several lengths is how extrapolation is measured.
+
+    Returns:
+        An :class:`EvalResult` (loss in nats per byte, perplexity, bits per byte).
+
+    Raises:
+        As :func:`token_losses`.
+    """
+    losses = token_losses(model, data, seq_len, max_tokens=max_tokens, batch_size=batch_size)
+    return EvalResult(seq_len, float(losses.double().mean()), losses.numel())
+
+
+def loss_by_position(model: TinyLM, data: torch.Tensor, seq_len: int, *, max_tokens: int = 32768) -> torch.Tensor:
+    """Mean loss (nats) at each position 0 … seq_len − 1, averaged over the evaluation windows:
+    where in a long window a model starts to fail. float32 (seq_len,)."""
+    return token_losses(model, data, seq_len, max_tokens=max_tokens).mean(dim=0)
 
 
 def perplexity_by_length(model: TinyLM, data: torch.Tensor, lengths, *, max_tokens: int = 32768) -> dict[int, float]:
