@@ -1,0 +1,68 @@
+"""Notebook hygiene: the book's notebooks are exactly those in the table of contents, are stored
+without outputs, and start with the install cell that names the repository of _config.yml."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted(p for p in (ROOT / "book").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts and "_build" not in p.parts)
+
+
+def toc_files():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries:
+            if "file" in entry:
+                files.append(entry["file"])
+            walk(entry.get("sections", []))
+
+    for part in toc.get("parts", []):
+        walk(part.get("chapters", []))
+    walk(toc.get("chapters", []))
+    return files
+
+
+def cells(nb):
+    return json.loads(nb.read_text())["cells"]
+
+
+def test_notebooks_are_exactly_the_toc_chapters():
+    listed = {f for f in toc_files() if (ROOT / f"{f}.ipynb").exists()}
+    on_disk = {p.relative_to(ROOT).with_suffix("").as_posix() for p in NOTEBOOKS}
+    assert on_disk == listed
+    for f in toc_files():
+        assert (ROOT / f"{f}.ipynb").exists() or (ROOT / f"{f}.md").exists(), f"{f} in _toc.yml has no file"
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
+def test_stored_without_outputs(nb):
+    for cell in cells(nb):
+        if cell["cell_type"] == "code":
+            assert cell["outputs"] == [] and cell["execution_count"] is None
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
+def test_starts_with_the_install_cell(nb):
+    repo_url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+    all_cells = cells(nb)
+    assert all_cells[0]["cell_type"] == "markdown" and "".join(all_cells[0]["source"]).startswith("# ")
+    first_code = next(c for c in all_cells if c["cell_type"] == "code")
+    source = "".join(first_code["source"])
+    assert "hide-cell" in first_code["metadata"].get("tags", [])
+    assert 'find_spec("posenc") is None' in source and "POSENC_INSTALL_SOURCE" in source
+    assert f"git+{repo_url}.git" in source
+    assert " -e " not in source and "torch" not in re.findall(r"pip\", \"install\"[^\n]*", source)[0]
+    assert "posenc.get_device()" in source
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_sympy_chapter_asserts(nb):
+    code = "\n".join("".join(c["source"]) for c in cells(nb) if c["cell_type"] == "code")
+    if "sympy" in code:
+        assert code.count("assert ") >= 3
