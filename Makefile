@@ -29,8 +29,10 @@ test: pytest notebooks strict-book
 pytest: $(STAMP)
 	$(BIN)/python -m pytest tests/
 
+# Two workers on the 2-core CI machine: one OpenMP thread each, or torch's thread pools fight over
+# the cores and training slows down many times over.
 notebooks: $(STAMP)
-	$(BIN)/python -m pytest --nbval-lax --nbval-current-env -n 2 --dist loadfile book/
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest --nbval-lax --nbval-current-env -n 2 --dist loadfile book/
 
 strict-book: $(STAMP)
 	$(BIN)/jupyter-book build . -W -n --keep-going

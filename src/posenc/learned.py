@@ -67,13 +67,16 @@ class LearnedScheme(PositionalScheme):
     Args:
         d_model, num_heads: model sizes (see :class:`posenc.schemes.PositionalScheme`).
         max_len: the table size; sequences longer than this raise ValueError.
+        init_std: standard deviation of the initial rows; 0.02 is the ``initializer_range`` of
+            Hugging Face's GPT-2. A large value (1.0) leaves the random initialisation dominant
+            after short training runs, hiding what the table learned.
     """
 
     name = "learned"
 
-    def __init__(self, *, d_model: int, num_heads: int, max_len: int = 1024) -> None:
+    def __init__(self, *, d_model: int, num_heads: int, max_len: int = 1024, init_std: float = 0.02) -> None:
         super().__init__(d_model=d_model, num_heads=num_heads)
-        self.table = LearnedPositionalEmbedding(max_len, d_model)
+        self.table = LearnedPositionalEmbedding(max_len, d_model, init_std=init_std)
         self.max_positions = self.table.max_len
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
