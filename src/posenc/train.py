@@ -14,6 +14,7 @@ import json
 import math
 import os
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -21,7 +22,13 @@ import platformdirs
 import torch
 import torch.nn.functional as F
 from filelock import FileLock
-from tqdm.auto import tqdm
+from tqdm import TqdmWarning
+
+with warnings.catch_warnings():
+    # In a kernel without ipywidgets, tqdm.auto warns once at import and falls back to a text bar,
+    # which is what we want on a build machine; Colab has ipywidgets and gets the widget.
+    warnings.simplefilter("ignore", TqdmWarning)
+    from tqdm.auto import tqdm
 
 from ._checks import check_int
 from .data import Corpus, eval_windows, get_batch, load_stdlib_corpus
