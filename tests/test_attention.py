@@ -71,8 +71,14 @@ def test_every_registered_scheme_same_on_both_paths(device, name):
     positions = torch.arange(11, device=device)
     x = scheme.embed(x, positions)
     ref, weights = layer(x, positions, impl="reference", need_weights=True)
-    fast, none = layer(x, positions, impl="sdpa")
-    assert none is None and weights.shape == (2, HEADS, 11, 11)
+    assert weights.shape == (2, HEADS, 11, 11)
+    if scheme.needs_attention_weights:  # a value term: no fused path exists, and asking for one says so
+        with pytest.raises(ValueError, match="cannot return attention weights"):
+            layer(x, positions, impl="sdpa")
+        fast, _ = layer(x, positions, impl="auto")
+    else:
+        fast, none = layer(x, positions, impl="sdpa")
+        assert none is None
     torch.testing.assert_close(fast, ref, atol=1e-5, rtol=1e-5)
 
 

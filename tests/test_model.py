@@ -13,7 +13,8 @@ def options(name):
 def test_forward_shapes_and_paths_agree(device, name):
     torch.manual_seed(0)
     ref = TinyLM(ModelConfig(scheme=name, scheme_options=options(name), attn_impl="reference")).to(device)
-    fast = TinyLM(ModelConfig(scheme=name, scheme_options=options(name), attn_impl="sdpa")).to(device)
+    fast_impl = "auto" if ref.scheme.needs_attention_weights else "sdpa"
+    fast = TinyLM(ModelConfig(scheme=name, scheme_options=options(name), attn_impl=fast_impl)).to(device)
     fast.load_state_dict(ref.state_dict())
     tokens = torch.randint(0, 256, (3, 20), device=device)
     logits, weights = ref(tokens, need_weights=True)
@@ -62,6 +63,7 @@ def test_bad_tokens(tokens, error, text):
         ({"num_layers": 0}, ValueError, "num_layers must be >= 1"),
         ({"attn_impl": "flash"}, ValueError, "attn_impl must be one of"),
         ({"scheme_options": [1]}, TypeError, "scheme_options must be a dict"),
+        ({"scheme": "shaw", "attn_impl": "sdpa"}, ValueError, "cannot serve scheme 'shaw'"),
     ],
 )
 def test_bad_config(kwargs, error, text):

@@ -22,7 +22,7 @@ from torch import nn
 from ._checks import check_choice, check_int
 from .schemes import PositionalScheme
 
-ATTENTION_IMPLS = ("auto", "reference", "sdpa")
+ATTENTION_IMPLS = ("auto", "reference", "sdpa", "flex")
 
 
 def causal_mask(q_len: int, k_len: int, *, device: torch.device | str | None = None) -> torch.Tensor:
@@ -49,6 +49,7 @@ def attention_reference(
     *,
     bias: torch.Tensor | None = None,
     causal: bool = True,
+    scale: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Scaled dot-product attention with explicit scores (Vaswani et al. 2017, §3.2.1, Eq. 1).
 
@@ -56,12 +57,14 @@ def attention_reference(
         q: (B, H, T_q, d_h). k, v: (B, H, T_k, d_h). Any float dtype; the softmax runs in float32.
         bias: optional score bias broadcastable to (B, H, T_q, T_k), added after the 1/√d_h scaling.
         causal: mask future keys (see :func:`causal_mask`).
+        scale: score scale; default 1/√d_h.
 
     Returns:
         ``(out, weights)``: out (B, H, T_q, d_h) in q's dtype; weights (B, H, T_q, T_k), the
         attention probabilities (each row sums to 1).
     """
-    scores = (q @ k.transpose(-2, -1)).float() / math.sqrt(q.shape[-1])
+    scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    scores = (q @ k.transpose(-2, -1)).float() * scale
     if bias is not None:
         scores = scores + bias.float()
     if causal:
@@ -78,6 +81,7 @@ def attention_sdpa(
     *,
     bias: torch.Tensor | None = None,
     causal: bool = True,
+    scale: float | None = None,
 ) -> torch.Tensor:
     """The same attention as :func:`attention_reference` through
     :func:`torch.nn.functional.scaled_dot_product_attention`.
@@ -90,15 +94,49 @@ def attention_sdpa(
     q_len, k_len = q.shape[-2], k.shape[-2]
     if bias is None:
         if not causal:
-            return F.scaled_dot_product_attention(q, k, v)
+            return F.scaled_dot_product_attention(q, k, v, scale=scale)
         if q_len == k_len:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(q_len, k_len, device=q.device))
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(q_len, k_len, device=q.device), scale=scale)
     mask = bias.to(q.dtype)
     if causal:
         allowed = causal_mask(q_len, k_len, device=q.device)
         mask = mask.masked_fill(~allowed, float("-inf"))
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+
+_compiled_flex = None
+
+
+def attention_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, score_mod=None, causal: bool = True,
+                   scale: float | None = None) -> torch.Tensor:
+    """The same attention through FlexAttention (``torch.nn.attention.flex_attention``), compiled once
+    per process: the bias comes from ``score_mod`` and is applied inside the kernel, so no T×T score
+    or bias tensor is ever stored. The causal mask is part of the score modification.
+
+    Args:
+        q, k, v: as :func:`attention_reference`. score_mod: ``(score, b, h, q_idx, kv_idx) → score``
+        or None. causal: mask future keys (bottom-right aligned). scale: default 1/√d_h.
+
+    Returns:
+        (B, H, T_q, d_h). The first call compiles (tens of seconds on a CPU). On the CPU, torch 2.13's
+        FlexAttention has no backward pass: use it there for inference, and train on SDPA or a GPU.
+    """
+    global _compiled_flex
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if _compiled_flex is None:
+        _compiled_flex = torch.compile(flex_attention)
+    offset = k.shape[-2] - q.shape[-2]
+
+    def modified(score, b, h, q_idx, kv_idx):
+        if score_mod is not None:
+            score = score_mod(score, b, h, q_idx, kv_idx)
+        if causal:
+            score = torch.where(q_idx + offset >= kv_idx, score, -float("inf"))
+        return score
+
+    return _compiled_flex(q, k, v, score_mod=modified, scale=scale)
 
 
 class MultiHeadAttention(nn.Module):
@@ -142,7 +180,8 @@ class MultiHeadAttention(nn.Module):
         Args:
             x: (B, T, d) float.
             positions: (T,) or (B, T) integer or float positions of the tokens.
-            impl: ``"reference"``, ``"sdpa"``, or ``"auto"`` (sdpa unless weights are needed).
+            impl: ``"reference"``, ``"sdpa"``, ``"flex"`` (needs a scheme with a ``score_mod``
+                and 1-D positions), or ``"auto"`` (sdpa unless weights are needed).
             need_weights: also return the attention weights (reference path only).
 
         Raises:
@@ -162,20 +201,33 @@ class MultiHeadAttention(nn.Module):
                 f"(need_weights={need_weights}, scheme {self.scheme.name!r} needs weights: "
                 f"{self.scheme.needs_attention_weights})"
             )
+        if impl == "flex" and (wants_weights or positions.dim() != 1):
+            raise ValueError(
+                f"impl='flex' needs 1-D positions and no attention weights (scheme {self.scheme.name!r}, "
+                f"need_weights={need_weights}, positions of shape {tuple(positions.shape)})"
+            )
         use_reference = impl == "reference" or (impl == "auto" and wants_weights)
+        scale = 1.0 / math.sqrt(self.scheme.score_scale_factor * self.head_dim)
 
         q, k, v = self.qkv(x).view(batch, seq_len, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         # attention-level positions broadcast over heads: (T,) stays, (B, T) -> (B, 1, T)
         pos = positions if positions.dim() == 1 else positions[:, None, :]
         q, k = self.scheme.transform_qk(q, k, pos, pos)
-        bias = self.scheme.score_bias(q, k, pos, pos)
         weights = None
+        if impl == "flex":
+            bias = None
+            score_mod = self.scheme.score_mod(pos, pos)
+            if score_mod is None and type(self.scheme).score_bias is not PositionalScheme.score_bias:
+                raise ValueError(f"scheme {self.scheme.name!r} has a score bias but no score_mod for impl='flex'")
+            out = attention_flex(q, k, v, score_mod=score_mod, causal=self.causal, scale=scale)
+        else:
+            bias = self.scheme.score_bias(q, k, pos, pos)
         if use_reference:
-            out, weights = attention_reference(q, k, v, bias=bias, causal=self.causal)
+            out, weights = attention_reference(q, k, v, bias=bias, causal=self.causal, scale=scale)
             term = self.scheme.value_term(weights, pos, pos)
             if term is not None:
                 out = out + term
-        else:
-            out = attention_sdpa(q, k, v, bias=bias, causal=self.causal)
+        elif impl != "flex":
+            out = attention_sdpa(q, k, v, bias=bias, causal=self.causal, scale=scale)
         out = out.transpose(1, 2).reshape(batch, seq_len, self.d_model)
         return self.proj(out), (weights if need_weights else None)

@@ -44,7 +44,7 @@ class ModelConfig:
     attn_impl: str = "auto"
 
     def __post_init__(self) -> None:
-        get_scheme_class(self.scheme)
+        scheme_cls = get_scheme_class(self.scheme)
         for name in ("vocab_size", "d_model", "num_heads", "num_layers", "mlp_ratio"):
             check_int(name, getattr(self, name), minimum=1)
         if self.d_model % self.num_heads:
@@ -52,6 +52,11 @@ class ModelConfig:
                 f"d_model must be divisible by num_heads, got d_model={self.d_model}, num_heads={self.num_heads}"
             )
         check_choice("attn_impl", self.attn_impl, ATTENTION_IMPLS)
+        if self.attn_impl in ("sdpa", "flex") and scheme_cls.needs_attention_weights:
+            raise ValueError(
+                f"attn_impl={self.attn_impl!r} cannot serve scheme {self.scheme!r}: its value term needs the "
+                "attention weights; use 'auto' or 'reference'"
+            )
         if not isinstance(self.scheme_options, dict):
             raise TypeError(f"scheme_options must be a dict, got {type(self.scheme_options).__name__}")
 

@@ -50,6 +50,8 @@ class PositionalScheme(nn.Module):
     needs_attention_weights: ClassVar[bool] = False
     #: The longest sequence the scheme can encode (a learned table's size); None for no limit.
     max_positions: int | None = None
+    #: Scores are scaled by 1/√(score_scale_factor · d_h); DeBERTa uses 3 (three score terms).
+    score_scale_factor: ClassVar[float] = 1.0
 
     def __init__(self, *, d_model: int, num_heads: int) -> None:
         super().__init__()
@@ -84,6 +86,12 @@ class PositionalScheme(nn.Module):
     ) -> torch.Tensor | None:
         """Plug-in point 4. ``weights``: (B, H, T_q, T_k) attention probabilities → a term
         (B, H, T_q, d_h) added to the attention output; ``None`` for no term."""
+        return None
+
+    def score_mod(self, q_positions: torch.Tensor, k_positions: torch.Tensor):
+        """FlexAttention form of the score bias: a function ``(score, b, h, q_idx, kv_idx) → score``
+        that adds the bias without any T×T tensor, or ``None`` if the scheme has none (then the
+        ``"flex"`` attention path is unavailable). Positions are (T,) here."""
         return None
 
     def extra_repr(self) -> str:
