@@ -46,3 +46,34 @@ def test_log_space_frequency_identity():
     i, d = sp.Symbol("i", nonnegative=True), sp.Symbol("d", positive=True)
     theta = S.sinusoidal_inv_freq(d, i)
     assert sp.simplify(theta - sp.exp(-2 * i * sp.log(S.base_symbol) / d)) == 0
+
+
+def test_transformer_xl_terms_have_no_absolute_positions():
+    result = S.transformer_xl_terms()
+    p_m, p_n, R = result.symbols["p_m"], result.symbols["p_n"], result.symbols["R"]
+    for term in result.relative.values():
+        assert p_m not in term.free_symbols and p_n not in term.free_symbols
+    assert sum(R in t.free_symbols for t in result.relative.values()) == 2  # (b) and (d)
+
+
+def test_shaw_regrouping_identity():
+    for m in range(4):
+        direct, grouped = S.shaw_value_regrouping(query=m)
+        assert sp.expand(direct - grouped) == 0
+
+
+def test_t5_bucket_starts_match_the_code():
+    import torch
+
+    from posenc.relative import t5_relative_position_bucket
+
+    for num_buckets, max_distance in [(32, 128), (16, 64), (8, 20)]:
+        distance = torch.arange(0, 4 * max_distance)
+        bucket = t5_relative_position_bucket(-distance, bidirectional=False, num_buckets=num_buckets, max_distance=max_distance)
+        for b in range(num_buckets // 2, int(bucket.max()) + 1):
+            first = int(distance[bucket == b].min())
+            assert first == int(sp.ceiling(S.t5_bucket_start(b, num_buckets, max_distance)))
+
+
+def test_score_variance_is_the_dimension():
+    assert S.dot_product_variance(3) == 3

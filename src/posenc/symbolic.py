@@ -178,3 +178,88 @@ def sinusoidal_dot_product(num_pairs: int = 4):
     expr = sum((sinusoidal_pair(t, w).T * sinusoidal_pair(t + phi, w))[0] for w in freqs)
     closed = sum(sp.cos(w * phi) for w in freqs)
     return expr, closed, freqs
+
+
+# ---------------------------------------------------------------------------------------------
+# Relative position encodings
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TransformerXLTerms:
+    """The absolute score's four terms and what Transformer-XL's substitutions turn them into."""
+
+    absolute: dict[str, sp.MatrixExpr]
+    relative: dict[str, sp.MatrixExpr]
+    symbols: dict[str, sp.MatrixSymbol]
+
+
+def transformer_xl_terms() -> TransformerXLTerms:
+    """Derive Transformer-XL's terms (a)–(d) (Dai et al. 2019, §3.3) from the absolute expansion.
+
+    Three substitutions, applied factor by factor to the four terms of
+    :func:`absolute_score_expansion`: the key's absolute position ``W_k p_n`` becomes the projected
+    relative encoding ``W_{k,R} R_{m−n}``; the query's position ``p_mᵀ W_qᵀ`` becomes a learned vector,
+    ``uᵀ`` where it meets content and ``vᵀ`` where it meets position.
+    """
+    d = sp.Symbol("d", integer=True, positive=True)
+    dh = sp.Symbol("d_h", integer=True, positive=True)
+    base = absolute_score_expansion(d, dh)
+    (x_m, x_n, p_m, p_n) = (sp.MatrixSymbol(n, d, 1) for n in ("x_m", "x_n", "p_m", "p_n"))
+    Wq, Wk = sp.MatrixSymbol("W_q", dh, d), sp.MatrixSymbol("W_k", dh, d)
+    R = sp.MatrixSymbol("R_{m-n}", d, 1)
+    WkR = sp.MatrixSymbol("W_{k,R}", dh, d)
+    u, v = sp.MatrixSymbol("u", dh, 1), sp.MatrixSymbol("v", dh, 1)
+
+    def rewrite(term: sp.MatMul) -> sp.MatrixExpr:
+        factors = list(term.args)
+        if factors[-1] == p_n:  # ... W_k p_n  ->  ... W_{k,R} R_{m-n}
+            factors[-2:] = [WkR, R]
+        if factors[:2] == [p_m.T, Wq.T]:  # p_m^T W_q^T ...  ->  u^T ... or v^T ...
+            factors[:2] = [(v if factors[-1] == R else u).T]
+        return sp.MatMul(*factors)
+
+    relative = {name: rewrite(term) for name, term in base.terms.items()}
+    labels = dict(zip(base.terms, ["(a) content-content", "(b) content-position", "(c) global content bias",
+                                   "(d) global position bias"]))
+    return TransformerXLTerms(base.terms, {labels[k]: v_ for k, v_ in relative.items()},
+                              {"R": R, "W_kR": WkR, "u": u, "v": v, "p_m": p_m, "p_n": p_n, "x_m": x_m, "x_n": x_n,
+                               "W_q": Wq, "W_k": Wk})
+
+
+def t5_bucket_start(bucket, num_buckets, max_distance):
+    """The real distance n at which T5's logarithmic bucket formula reaches ``bucket`` (one direction,
+    ``num_buckets`` buckets for it): solving ``b = e + (B − e)·ln(n/e)/ln(D/e)`` with e = B // 2
+    exact buckets gives ``n = e·(D/e)^((b − e)/(B − e))``. The first integer distance in the bucket is
+    its ceiling."""
+    e = num_buckets // 2
+    n = sp.Symbol("n", positive=True)
+    b = sp.Symbol("b", positive=True)
+    solution = sp.solve(sp.Eq(b, e + (num_buckets - e) * sp.log(n / e) / sp.log(sp.Rational(max_distance, e))), n)
+    if len(solution) != 1:
+        raise RuntimeError(f"expected one solution, got {solution}")
+    return sp.simplify(solution[0].subs(b, bucket))
+
+
+def shaw_value_regrouping(seq_len: int = 4, max_relative_position: int = 1, query: int = 0):
+    """Both sides of Σ_n α_n a_{clip(n−m)} = Σ_r (Σ_{n: clip(n−m)=r} α_n) a_r for one query m, with
+    every weight α_n and every (scalar) embedding a_r a free symbol."""
+    k = max_relative_position
+    alpha = sp.symbols(f"alpha_0:{seq_len}")
+    a = {r: sp.Symbol(f"a_{{{r}}}") for r in range(-k, k + 1)}
+
+    def clip(r):
+        return max(-k, min(k, r))
+
+    direct = sum(alpha[n] * a[clip(n - query)] for n in range(seq_len))
+    grouped = sum(sum(alpha[n] for n in range(seq_len) if clip(n - query) == r) * a[r] for r in a)
+    return direct, grouped
+
+
+def dot_product_variance(dim: int = 4):
+    """E[(q·k)²] for q, k with independent standard-normal entries (the variance of a score term)."""
+    from sympy.stats import E, Normal
+
+    q = [Normal(f"q_{i}", 0, 1) for i in range(dim)]
+    k = [Normal(f"k_{i}", 0, 1) for i in range(dim)]
+    return sp.simplify(E(sp.expand(sum(qi * ki for qi, ki in zip(q, k)) ** 2)))
