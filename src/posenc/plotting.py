@@ -12,8 +12,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from cycler import cycler
 
-#: Okabe & Ito (2008), "Color Universal Design".
-OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
+#: Okabe & Ito (2008), "Color Universal Design"; black before yellow, which is faint on white.
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442")
 SEQUENTIAL_CMAP = "viridis"
 DIVERGING_CMAP = "RdBu_r"
 
@@ -79,6 +79,9 @@ def perplexity_plot(ax, results: dict[str, dict[int, float]], *, train_len: int,
     ax.axvline(train_len, color="0.4", linestyle="--", linewidth=1)
     ax.text(train_len, ax.get_ylim()[1], " training length", va="top", ha="left", fontsize=8, color="0.3")
     ax.set_xscale("log", base=2)
+    all_lengths = sorted({n for by_len in results.values() for n in by_len})
+    ax.set_xticks(all_lengths, [str(n) for n in all_lengths])
+    ax.minorticks_off()
     ax.set(xlabel="evaluation length T (bytes)", ylabel="validation perplexity (per byte)", title=title)
     ax.legend()
     return ax
