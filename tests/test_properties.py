@@ -32,3 +32,17 @@ def test_bad_shapes():
         check_properties(torch.zeros(3, 4))
     with pytest.raises(ValueError, match=r"\(T, d\)"):
         position_similarity(torch.zeros(3))
+
+
+def test_properties_table():
+    from posenc.properties import properties_table
+
+    idx = torch.arange(6.0)
+    text = properties_table({"distance": check_properties(-(idx[:, None] - idx[None, :]).abs()),
+                             "offset": check_properties(idx[None, :] - idx[:, None])}, first_column="g")
+    assert text.splitlines() == [
+        "| g | translation invariance | symmetry | monotonicity |",
+        "|---|---|---|---|",
+        "| distance | ✓ | ✓ | ✓ |",
+        "| offset | ✓ | ✗ | ✗ |",
+    ]

@@ -76,3 +76,15 @@ def test_loss_by_position_averages_token_losses(corpus):
     by_pos = loss_by_position(model, corpus.val, 32, max_tokens=1024)
     torch.testing.assert_close(by_pos, per_token.mean(0))
     assert math.isclose(evaluate(model, corpus.val, 32, max_tokens=1024).loss, float(per_token.double().mean()), rel_tol=1e-6)
+
+
+def test_perplexity_table_marks_lengths_a_scheme_cannot_run():
+    from posenc.experiments import perplexity_table
+
+    text = perplexity_table({"a": {64: 7.0, 128: 8.5}, "b": {64: 6.0}}, train_len=64, extra={"time": {"a": "3 s"}})
+    assert text.splitlines() == [
+        "| scheme | T = 64 (1×) | T = 128 (2×) | time |",
+        "|---|---|---|---|",
+        "| a | 7.00 | 8.50 | 3 s |",
+        "| b | 6.00 | cannot run |  |",
+    ]

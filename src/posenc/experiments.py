@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .data import Corpus
 from .model import ModelConfig
-from .train import TrainConfig, TrainResult, evaluate, train
+from .train import TrainConfig, TrainResult, perplexity_by_length, train
 
 SCALES = {
     "small": {"model": {"d_model": 64, "num_heads": 4, "num_layers": 2},
@@ -59,15 +59,37 @@ def train_scheme(scheme: str, corpus: Corpus | None = None, *, scale: str = "sma
 
 def extrapolation(result: TrainResult, corpus: Corpus, *, multiples=LENGTH_MULTIPLES) -> dict[int, float]:
     """``{evaluation length: validation perplexity}`` at the given multiples of the training length,
-    all scored on the same first :data:`EVAL_TOKENS` validation bytes.
+    all scored on the same first :data:`EVAL_TOKENS` validation bytes
+    (:func:`posenc.train.perplexity_by_length`).
 
     Lengths past a scheme's ``max_positions`` (the end of a learned table) cannot be processed at
-    all and are left out of the result; the chapters say so where they plot.
+    all and are left out of the result; :func:`perplexity_table` marks them "cannot run".
     """
     train_len = result.train_config.seq_len
     limit = result.model.scheme.max_positions
-    return {
-        k * train_len: evaluate(result.model, corpus.val, k * train_len, max_tokens=EVAL_TOKENS).perplexity
-        for k in multiples
-        if limit is None or k * train_len <= limit
-    }
+    lengths = [k * train_len for k in multiples if limit is None or k * train_len <= limit]
+    return perplexity_by_length(result.model, corpus.val, lengths, max_tokens=EVAL_TOKENS)
+
+
+def perplexity_table(results: dict[str, dict[int, float]], *, train_len: int | None = None,
+                     extra: dict[str, dict[str, str]] | None = None) -> str:
+    """A Markdown table of ``{scheme: {length: perplexity}}``, one row per scheme.
+
+    Args:
+        results: as returned by :func:`extrapolation`; a length missing for a scheme shows as
+            "cannot run".
+        train_len: if given, headers also name the multiple of the training length.
+        extra: optional further columns, ``{column title: {scheme: cell text}}``.
+
+    Returns:
+        Markdown text (for ``IPython.display.Markdown``).
+    """
+    extra = extra or {}
+    lengths = sorted({n for by_len in results.values() for n in by_len})
+    heads = [f"T = {n}" + (f" ({n // train_len}×)" if train_len and n % train_len == 0 else "") for n in lengths]
+    lines = ["| scheme | " + " | ".join(heads + list(extra)) + " |", "|---" * (len(heads) + len(extra) + 1) + "|"]
+    for name, by_len in results.items():
+        cells = [f"{by_len[n]:.2f}" if n in by_len else "cannot run" for n in lengths]
+        cells += [column.get(name, "") for column in extra.values()]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -82,3 +82,15 @@ def check_properties(similarity: torch.Tensor, *, atol: float = 1e-6) -> Propert
             bad += int((diffs > -atol).sum())
     violations = bad / steps
     return PropertyReport(spread <= atol, asymmetry <= atol, bad == 0, spread, asymmetry, violations)
+
+
+def properties_table(reports: dict[str, PropertyReport], *, first_column: str = "scheme") -> str:
+    """A Markdown table with one ✓/✗ row per report: the table the chapters fill in.
+
+    Args:
+        reports: ``{row name: PropertyReport}``. first_column: title of the name column.
+    """
+    names = ("translation invariance", "symmetry", "monotonicity")
+    lines = [f"| {first_column} | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    lines += [f"| {row} | " + " | ".join(report.row()[n] for n in names) + " |" for row, report in reports.items()]
+    return "\n".join(lines)
