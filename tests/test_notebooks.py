@@ -66,3 +66,10 @@ def test_every_sympy_chapter_asserts(nb):
     code = "\n".join("".join(c["source"]) for c in cells(nb) if c["cell_type"] == "code")
     if "sympy" in code:
         assert code.count("assert ") >= 3
+
+
+def test_markdown_printed_by_cells_can_hold_tables():
+    """Chapters print tables with display(Markdown(...)); myst-nb's default (commonmark) shows them
+    as raw pipes on the site."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]["config"]
+    assert config.get("nb_render_markdown_format") in ("myst", "gfm")

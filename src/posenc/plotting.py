@@ -83,6 +83,6 @@ def perplexity_plot(ax, results: dict[str, dict[int, float]], *, train_len: int,
     ax.set_xticks(all_lengths, [str(n) for n in all_lengths])
     ax.minorticks_off()
     ax.set(xlabel="evaluation length T (bytes)", ylabel="validation perplexity (per byte)", title=title)
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: never covers a curve
     return ax
 
