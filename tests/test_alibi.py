@@ -63,3 +63,19 @@ def test_flex_refuses_what_it_cannot_do():
 def test_bad_num_heads(bad, error):
     with pytest.raises(error, match="num_heads"):
         alibi_slopes(bad)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("q_len, k_len", [(33, 33), (5, 40), (130, 130)])
+def test_flex_block_mask_matches_reference(device, causal, q_len, k_len):
+    """The block mask is bottom-right aligned like the reference mask (a decoding step attends to the
+    whole cache), and the full mask leaves every score in place."""
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 4, q_len, 8, generator=g).to(device)
+    k, v = (torch.randn(1, 4, k_len, 8, generator=g).to(device) for _ in range(2))
+    scheme = build_scheme("alibi", d_model=32, num_heads=4, symmetric=not causal).to(device)
+    q_pos, k_pos = torch.arange(k_len - q_len, k_len, device=device), torch.arange(k_len, device=device)
+    ref, _ = attention_reference(q, k, v, bias=scheme.score_bias(q, k, q_pos, k_pos), causal=causal)
+    with torch.no_grad():
+        out = attention_flex(q, k, v, score_mod=scheme.score_mod(q_pos, k_pos), causal=causal)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)

@@ -1,6 +1,10 @@
 import torch
 
-from posenc.bench import peak_memory
+import sys
+
+import pytest
+
+from posenc.bench import peak_memory, peak_rss
 
 
 def test_counts_a_known_allocation():
@@ -24,3 +28,13 @@ def test_freed_temporaries_do_not_accumulate():
             torch.zeros(128, 128).sum()
 
     assert peak_memory(fn) < 2 * 128 * 128 * 4
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="peak_rss reads Linux's /proc")
+def test_peak_rss_sees_a_temporary_allocation():
+    """A 64 MiB temporary that is written and freed inside fn shows up (within a few MiB of noise);
+    an allocation-free fn does not."""
+    size = 64 * 2**20
+    peak = peak_rss(lambda: torch.ones(size // 4).sum())
+    assert size <= peak < size + 8 * 2**20
+    assert peak_rss(lambda: None) < 4 * 2**20

@@ -13,6 +13,7 @@ Tests hold the two equal for every registered scheme.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -105,14 +106,42 @@ def attention_sdpa(
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
 
-_compiled_flex = None
+@functools.lru_cache(maxsize=None)
+def _compiled_flex_functions():
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    # dynamic=False: one kernel per shape. torch 2.13's CPU template miscompiles the dynamic-shape
+    # kernel that a second shape would otherwise trigger (an undeclared variable in the C++).
+    return torch.compile(flex_attention, dynamic=False), torch.compile(create_block_mask, dynamic=False)
+
+
+@functools.lru_cache(maxsize=32)
+def flex_block_mask(q_len: int, k_len: int, causal: bool, device: str):
+    """The FlexAttention ``BlockMask`` of a (bottom-right aligned) causal or full attention, built by
+    a compiled ``create_block_mask`` (the eager one evaluates the mask on a dense ``q_len × k_len``
+    grid) and cached per shape.
+
+    Without a block mask, torch 2.13's CPU kernel stores a ``T × T`` buffer; with one it does not,
+    and on every device it skips the blocks above the diagonal.
+    """
+    offset = k_len - q_len
+
+    def causal_mask_mod(b, h, q_idx, kv_idx):
+        return q_idx + offset >= kv_idx
+
+    def full_mask_mod(b, h, q_idx, kv_idx):
+        return q_idx >= 0
+
+    _, create_block_mask = _compiled_flex_functions()
+    mask_mod = causal_mask_mod if causal else full_mask_mod
+    return create_block_mask(mask_mod, None, None, q_len, k_len, device=device)
 
 
 def attention_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, score_mod=None, causal: bool = True,
                    scale: float | None = None) -> torch.Tensor:
     """The same attention through FlexAttention (``torch.nn.attention.flex_attention``), compiled once
-    per process: the bias comes from ``score_mod`` and is applied inside the kernel, so no T×T score
-    or bias tensor is ever stored. The causal mask is part of the score modification.
+    per process: the bias comes from ``score_mod`` and is applied inside the kernel, and the causal
+    mask is a block mask (:func:`flex_block_mask`), so no T×T score, bias or mask tensor is stored.
 
     Args:
         q, k, v: as :func:`attention_reference`. score_mod: ``(score, b, h, q_idx, kv_idx) → score``
@@ -122,21 +151,9 @@ def attention_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, score_m
         (B, H, T_q, d_h). The first call compiles (tens of seconds on a CPU). On the CPU, torch 2.13's
         FlexAttention has no backward pass: use it there for inference, and train on SDPA or a GPU.
     """
-    global _compiled_flex
-    from torch.nn.attention.flex_attention import flex_attention
-
-    if _compiled_flex is None:
-        _compiled_flex = torch.compile(flex_attention)
-    offset = k.shape[-2] - q.shape[-2]
-
-    def modified(score, b, h, q_idx, kv_idx):
-        if score_mod is not None:
-            score = score_mod(score, b, h, q_idx, kv_idx)
-        if causal:
-            score = torch.where(q_idx + offset >= kv_idx, score, -float("inf"))
-        return score
-
-    return _compiled_flex(q, k, v, score_mod=modified, scale=scale)
+    flex_attention, _ = _compiled_flex_functions()
+    block_mask = flex_block_mask(q.shape[-2], k.shape[-2], causal, str(q.device))
+    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
 
 
 class MultiHeadAttention(nn.Module):
