@@ -32,9 +32,9 @@ def test_freed_temporaries_do_not_accumulate():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="peak_rss reads Linux's /proc")
 def test_peak_rss_sees_a_temporary_allocation():
-    """A 64 MiB temporary that is written and freed inside fn shows up (within a few MiB of noise);
+    """A 64 MiB temporary that is written and freed inside fn shows up (within the measure's batching);
     an allocation-free fn does not."""
     size = 64 * 2**20
     peak = peak_rss(lambda: torch.ones(size // 4).sum())
-    assert size <= peak < size + 8 * 2**20
+    assert size - 2 * 2**20 <= peak < size + 8 * 2**20  # page counts are updated in batches
     assert peak_rss(lambda: None) < 4 * 2**20

@@ -4,7 +4,7 @@ The package behind the posenc book. Every scheme is registered by name; see
 :func:`available_schemes`.
 """
 
-from . import alibi, layout, learned, relative, schemes, sinusoidal  # noqa: F401  (registers the schemes)
+from . import alibi, layout, learned, relative, rope, scaling, schemes, sinusoidal  # noqa: F401  (registers the schemes)
 from .schemes import PositionalScheme, available_schemes, build_scheme, register_scheme
 from .utils import get_device, seed_everything
 

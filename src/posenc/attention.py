@@ -156,6 +156,57 @@ def attention_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, score_m
     return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
 
 
+class LayerKVCache:
+    """The keys and values that one attention layer has seen, with their positions.
+
+    Keys are stored *after* the scheme's query/key transform (rotated, for RoPE), so a decoding step
+    transforms only its own new keys. Grows by concatenation; for teaching and tests, not for
+    serving (no preallocation, no paging).
+    """
+
+    def __init__(self) -> None:
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+        self.positions: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return 0 if self.k is None else self.k.shape[-2]
+
+    def append(self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor):
+        """Add new keys/values (B, H, T_new, d_h) at ``positions`` ((T_new,) or (B, 1, T_new)) and
+        return all of them: ``(k, v, positions)`` with T_k = cached + new."""
+        if self.k is None:
+            self.k, self.v, self.positions = k, v, positions
+        else:
+            if self.positions.dim() != positions.dim():
+                raise ValueError(
+                    f"positions of a cached step must keep their shape kind: cached {tuple(self.positions.shape)}, "
+                    f"new {tuple(positions.shape)}"
+                )
+            self.k = torch.cat((self.k, k), dim=-2)
+            self.v = torch.cat((self.v, v), dim=-2)
+            self.positions = torch.cat((self.positions, positions), dim=-1)
+        return self.k, self.v, self.positions
+
+
+class KVCache:
+    """One :class:`LayerKVCache` per layer of a model, for incremental decoding.
+
+    ``len(cache)`` is the number of tokens seen; :meth:`next_positions` gives the default positions
+    of the next ``T`` tokens, ``len(cache) … len(cache) + T − 1``: positions are explicit offsets.
+    """
+
+    def __init__(self, num_layers: int) -> None:
+        self.layers = [LayerKVCache() for _ in range(check_int("num_layers", num_layers, minimum=1))]
+
+    def __len__(self) -> int:
+        return len(self.layers[0])
+
+    def next_positions(self, seq_len: int, *, device: torch.device | str | None = None) -> torch.Tensor:
+        start = len(self)
+        return torch.arange(start, start + seq_len, device=device)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head self-attention whose positional behaviour comes from a :class:`PositionalScheme`.
 
@@ -191,6 +242,7 @@ class MultiHeadAttention(nn.Module):
         *,
         impl: str = "auto",
         need_weights: bool = False,
+        cache: LayerKVCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend.
 
@@ -200,6 +252,9 @@ class MultiHeadAttention(nn.Module):
             impl: ``"reference"``, ``"sdpa"``, ``"flex"`` (needs a scheme with a ``score_mod``
                 and 1-D positions), or ``"auto"`` (sdpa unless weights are needed).
             need_weights: also return the attention weights (reference path only).
+            cache: keys and values of earlier tokens (:class:`LayerKVCache`); the new ones are
+                appended and attended to with the old. The queries are then the last T of the
+                T_k keys (bottom-right causal mask).
 
         Raises:
             ValueError: unknown ``impl``; ``impl="sdpa"`` together with ``need_weights`` or with a
@@ -230,18 +285,21 @@ class MultiHeadAttention(nn.Module):
         # attention-level positions broadcast over heads: (T,) stays, (B, T) -> (B, 1, T)
         pos = positions if positions.dim() == 1 else positions[:, None, :]
         q, k = self.scheme.transform_qk(q, k, pos, pos)
+        k_pos = pos
+        if cache is not None:
+            k, v, k_pos = cache.append(k, v, pos)
         weights = None
         if impl == "flex":
             bias = None
-            score_mod = self.scheme.score_mod(pos, pos)
+            score_mod = self.scheme.score_mod(pos, k_pos)
             if score_mod is None and type(self.scheme).score_bias is not PositionalScheme.score_bias:
                 raise ValueError(f"scheme {self.scheme.name!r} has a score bias but no score_mod for impl='flex'")
             out = attention_flex(q, k, v, score_mod=score_mod, causal=self.causal, scale=scale)
         else:
-            bias = self.scheme.score_bias(q, k, pos, pos)
+            bias = self.scheme.score_bias(q, k, pos, k_pos)
         if use_reference:
             out, weights = attention_reference(q, k, v, bias=bias, causal=self.causal, scale=scale)
-            term = self.scheme.value_term(weights, pos, pos)
+            term = self.scheme.value_term(weights, pos, k_pos)
             if term is not None:
                 out = out + term
         elif impl != "flex":

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from ._checks import check_choice, check_int
-from .attention import ATTENTION_IMPLS, MultiHeadAttention
+from .attention import ATTENTION_IMPLS, KVCache, MultiHeadAttention
 from .schemes import build_scheme, get_scheme_class
 
 
@@ -75,8 +75,8 @@ class Block(nn.Module):
         hidden = config.mlp_ratio * config.d_model
         self.mlp = nn.Sequential(nn.Linear(config.d_model, hidden), nn.GELU(), nn.Linear(hidden, config.d_model))
 
-    def forward(self, x, positions, *, impl="auto", need_weights=False):
-        a, weights = self.attn(self.ln1(x), positions, impl=impl, need_weights=need_weights)
+    def forward(self, x, positions, *, impl="auto", need_weights=False, cache=None):
+        a, weights = self.attn(self.ln1(x), positions, impl=impl, need_weights=need_weights, cache=cache)
         x = x + a
         return x + self.mlp(self.ln2(x)), weights
 
@@ -89,7 +89,10 @@ class TinyLM(nn.Module):
     Shape:
         ``forward(tokens, positions=None)``: tokens int64 (B, T) in ``0 … vocab_size−1``;
         positions (T,) or (B, T), default ``0 … T−1`` → logits float32 (B, T, vocab_size); with
-        ``need_weights=True`` also the list of per-layer attention weights (B, H, T, T).
+        ``need_weights=True`` also the list of per-layer attention weights (B, H, T, T_k).
+        ``cache``: a :meth:`new_cache` that keeps keys and values between calls; positions then
+        default to ``len(cache) … len(cache) + T − 1``, so feeding a sequence in pieces gives the
+        logits of one full forward pass.
 
     Raises:
         TypeError: tokens that are not an integer tensor.
@@ -108,7 +111,12 @@ class TinyLM(nn.Module):
         self.ln_f = nn.LayerNorm(config.d_model)
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None, *, need_weights: bool = False):
+    def new_cache(self) -> KVCache:
+        """An empty :class:`~posenc.attention.KVCache` for incremental decoding with this model."""
+        return KVCache(self.config.num_layers)
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None, *, need_weights: bool = False,
+                cache: KVCache | None = None):
         if not isinstance(tokens, torch.Tensor) or tokens.is_floating_point() or tokens.is_complex():
             raise TypeError(f"tokens must be an integer tensor, got {getattr(tokens, 'dtype', type(tokens))}")
         if tokens.dim() != 2:
@@ -119,11 +127,15 @@ class TinyLM(nn.Module):
                 f"{int(tokens.min())}..{int(tokens.max())}"
             )
         if positions is None:
-            positions = torch.arange(tokens.shape[1], device=tokens.device)
+            start = 0 if cache is None else len(cache)
+            positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)
+        if cache is not None and len(cache.layers) != len(self.blocks):
+            raise ValueError(f"cache has {len(cache.layers)} layers, the model {len(self.blocks)}; use model.new_cache()")
         x = self.scheme.embed(self.tok_emb(tokens), positions)
         all_weights = []
-        for block in self.blocks:
-            x, w = block(x, positions, impl=self.config.attn_impl, need_weights=need_weights)
+        for i, block in enumerate(self.blocks):
+            layer_cache = None if cache is None else cache.layers[i]
+            x, w = block(x, positions, impl=self.config.attn_impl, need_weights=need_weights, cache=layer_cache)
             all_weights.append(w)
         logits = self.head(self.ln_f(x))
         return (logits, all_weights) if need_weights else logits

@@ -1,0 +1,222 @@
+"""Rotary position embedding, RoPE (Su et al. 2021, "RoFormer: Enhanced Transformer with Rotary
+Position Embedding", §3.2–3.4).
+
+Each pair of features ``(x_a, x_b)`` of a query or key at position m is rotated by the angle
+``m·θ_i``, θ_i = b^(−2i/d):
+
+    (x_a, x_b) ↦ (x_a cos mθ_i − x_b sin mθ_i,  x_a sin mθ_i + x_b cos mθ_i)
+
+so that ⟨R_m q, R_n k⟩ = ⟨q, R_{n−m} k⟩ depends on the offset only (RoFormer Eq. 16). Which
+features form a pair is the *layout*:
+
+* ``"interleaved"``: pairs (2i, 2i+1) — RoFormer, GPT-J, Meta's original Llama code;
+* ``"half"``: pairs (i, i + r/2) — GPT-NeoX and Hugging Face's Llama (``rotate_half``).
+
+The two are the same rotation up to a fixed permutation of the features
+(:func:`posenc.layout.pair_permutation`). The element-wise form ``x⊙cos + rotate(x)⊙sin`` used here
+equals the block-diagonal matrix form of :func:`rope_matrix` (RoFormer Eq. 34); the chapter and
+the tests prove and check it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ._checks import check_base, check_choice, check_even_dim
+from .schemes import PositionalScheme, register_scheme
+from .sinusoidal import compute_inv_freq
+
+ROPE_LAYOUTS = ("half", "interleaved")
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """``(x₁, x₂) ↦ (−x₂, x₁)`` on the two halves of the last dimension: the 90° turn of every pair
+    (i, i + r/2) in the ``"half"`` layout. x: (..., r) with r even → (..., r)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rotate_interleaved(x: torch.Tensor) -> torch.Tensor:
+    """``(x_{2i}, x_{2i+1}) ↦ (−x_{2i+1}, x_{2i})``: the 90° turn of every adjacent pair in the
+    ``"interleaved"`` layout. x: (..., r) with r even → (..., r)."""
+    return torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+
+
+def _check_positions(positions: object, seq_len: int) -> torch.Tensor:
+    if not isinstance(positions, torch.Tensor) or positions.is_complex() or positions.dtype == torch.bool:
+        raise TypeError(f"positions must be a real tensor, got {getattr(positions, 'dtype', type(positions))}")
+    if positions.dim() == 0 or positions.shape[-1] != seq_len:
+        raise ValueError(
+            f"positions must have shape (T,) (or (..., T)) with T={seq_len}, the length of x, "
+            f"got {tuple(positions.shape)}"
+        )
+    if positions.is_floating_point() and not torch.isfinite(positions).all():
+        raise ValueError("positions must be finite")
+    return positions
+
+
+def rope_cos_sin(
+    positions: torch.Tensor,
+    inv_freq: torch.Tensor,
+    *,
+    layout: str = "half",
+    attention_factor: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The cos and sin tables of RoPE, laid out to multiply the rotated features element-wise.
+
+    Angles ``m·θ_i`` are formed in float32 whatever the positions' dtype (an angle of 10⁵ radians
+    needs float32's 24-bit mantissa; bfloat16 keeps 8 bits).
+
+    Args:
+        positions: (..., T) integer or float positions.
+        inv_freq: (r/2,) frequencies θ_i in radians per position.
+        layout: ``"half"`` (each angle repeated as [θ_0 … θ_{r/2−1}, θ_0 … θ_{r/2−1}]) or
+            ``"interleaved"`` ([θ_0, θ_0, θ_1, θ_1, …]).
+        attention_factor: multiplies cos and sin (YaRN's temperature; 1 otherwise).
+
+    Returns:
+        ``(cos, sin)``, float32, each (..., T, r).
+    """
+    layout = check_choice("layout", layout, ROPE_LAYOUTS)
+    angles = positions.to(torch.float32)[..., None] * inv_freq.to(device=positions.device, dtype=torch.float32)
+    if layout == "half":
+        angles = torch.cat((angles, angles), dim=-1)
+    else:
+        angles = angles.repeat_interleave(2, dim=-1)
+    return angles.cos() * attention_factor, angles.sin() * attention_factor
+
+
+def apply_rope(
+    x: torch.Tensor,
+    positions: torch.Tensor,
+    *,
+    inv_freq: torch.Tensor | None = None,
+    base: float = 10000.0,
+    layout: str = "half",
+    attention_factor: float = 1.0,
+) -> torch.Tensor:
+    """Rotate the features of queries or keys by their positions (RoFormer §3.4.2, Eq. 34).
+
+    ``x ↦ x⊙cos + rotate(x)⊙sin`` on the first ``rotary_dim = 2·len(inv_freq)`` features; the
+    remaining ``head_dim − rotary_dim`` features pass unchanged (partial rotary, as in GPT-NeoX and
+    GPT-J). cos and sin are computed in float32, multiplied by ``attention_factor`` and cast to
+    x's dtype before the products, as Hugging Face's Llama does.
+
+    Args:
+        x: (..., T, head_dim) float, e.g. (B, H, T, d_h).
+        positions: (T,) integer or float positions, or any shape (..., T) that broadcasts against
+            x's leading dimensions, e.g. (B, 1, T) for per-sequence offsets.
+        inv_freq: (rotary_dim/2,) frequencies in radians per position; default
+            ``base^(−2i/head_dim)`` (full rotary), e.g. from :func:`posenc.scaling.rope_inv_freq`.
+        base: frequency base b when ``inv_freq`` is None (10000 in RoFormer, 500000 in Llama 3).
+        layout: ``"half"`` (pairs (i, i + r/2)) or ``"interleaved"`` (pairs (2i, 2i + 1)).
+        attention_factor: scales cos and sin, hence every score by its square (YaRN).
+
+    Returns:
+        A tensor of x's shape, dtype and device.
+
+    Raises:
+        TypeError: if x is not a floating tensor or positions not a real tensor.
+        ValueError: odd head_dim; inv_freq not 1-D or rotary_dim > head_dim; positions whose last
+            dimension is not T; non-finite positions; unknown layout; base not finite and > 0.
+
+    Source: Su et al. 2021, RoFormer, §3.2 (Eq. 12–16) and §3.4.2 (Eq. 34); half layout from
+    GPT-NeoX / Hugging Face ``rotate_half``.
+    """
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        raise TypeError(f"x must be a floating tensor, got {getattr(x, 'dtype', type(x))}")
+    if x.dim() < 2:
+        raise ValueError(f"x must have shape (..., T, head_dim), got {tuple(x.shape)}")
+    head_dim = check_even_dim("head_dim", x.shape[-1])
+    layout = check_choice("layout", layout, ROPE_LAYOUTS)
+    positions = _check_positions(positions, x.shape[-2])
+    if inv_freq is None:
+        inv_freq = compute_inv_freq(head_dim, check_base(base), device=x.device)
+    if inv_freq.dim() != 1 or inv_freq.numel() == 0:
+        raise ValueError(f"inv_freq must have shape (rotary_dim/2,), got {tuple(inv_freq.shape)}")
+    rotary_dim = 2 * inv_freq.numel()
+    if rotary_dim > head_dim:
+        raise ValueError(f"rotary_dim = 2·len(inv_freq) = {rotary_dim} must not exceed head_dim = {head_dim}")
+    cos, sin = rope_cos_sin(positions, inv_freq, layout=layout, attention_factor=attention_factor)
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    rotate = rotate_half if layout == "half" else rotate_interleaved
+    x_rot, x_pass = x[..., :rotary_dim], x[..., rotary_dim:]
+    rotated = x_rot * cos + rotate(x_rot) * sin
+    return torch.cat((rotated, x_pass), dim=-1) if rotary_dim < head_dim else rotated
+
+
+def rope_matrix(position: float, inv_freq: torch.Tensor, *, layout: str = "half", head_dim: int | None = None) -> torch.Tensor:
+    """The rotation R_{Θ,m} of one position as an explicit (head_dim, head_dim) matrix (RoFormer
+    Eq. 15): the naive reference for :func:`apply_rope` (``apply_rope(x) == x @ R.T``). O(d²) per
+    position; for teaching and tests.
+
+    Args:
+        position: the position m (float).
+        inv_freq: (r/2,) frequencies. layout: as in :func:`apply_rope`.
+        head_dim: total width (≥ r); the features beyond r are left unchanged. Default r.
+
+    Returns:
+        float64 matrix (head_dim, head_dim), orthogonal.
+    """
+    layout = check_choice("layout", layout, ROPE_LAYOUTS)
+    half = inv_freq.numel()
+    head_dim = 2 * half if head_dim is None else head_dim
+    if head_dim < 2 * half:
+        raise ValueError(f"head_dim = {head_dim} must be at least rotary_dim = {2 * half}")
+    matrix = torch.eye(head_dim, dtype=torch.float64)
+    for i, theta in enumerate(inv_freq.double().tolist()):
+        a, b = (2 * i, 2 * i + 1) if layout == "interleaved" else (i, i + half)
+        c, s = math.cos(position * theta), math.sin(position * theta)
+        matrix[a, a], matrix[a, b], matrix[b, a], matrix[b, b] = c, -s, s, c
+    return matrix
+
+
+@register_scheme
+class RotaryScheme(PositionalScheme):
+    """RoPE at plug-in point 2: queries and keys are rotated by their positions before the scores.
+
+    Args:
+        d_model, num_heads: model sizes (head_dim = d_model / num_heads must be even).
+        base: frequency base b. layout: ``"half"`` or ``"interleaved"``.
+        rotary_dim: features rotated per head (even, ≤ head_dim); default head_dim.
+        scaling: None or a context-extension dict for :func:`posenc.scaling.rope_inv_freq`
+            (``{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}``).
+            For ``"dynamic"`` the current length is ``max(k_positions) + 1`` of each call.
+
+    Source: Su et al. 2021, RoFormer, §3.4; scaling: see :mod:`posenc.scaling`.
+    """
+
+    name = "rope"
+
+    def __init__(self, *, d_model: int, num_heads: int, base: float = 10000.0, layout: str = "half",
+                 rotary_dim: int | None = None, scaling: dict | None = None) -> None:
+        from .scaling import rope_inv_freq
+
+        super().__init__(d_model=d_model, num_heads=num_heads)
+        check_even_dim("head_dim", self.head_dim)
+        self.base = check_base(base)
+        self.layout = check_choice("layout", layout, ROPE_LAYOUTS)
+        self.rotary_dim = self.head_dim if rotary_dim is None else check_even_dim("rotary_dim", rotary_dim)
+        if self.rotary_dim > self.head_dim:
+            raise ValueError(f"rotary_dim = {self.rotary_dim} must not exceed head_dim = {self.head_dim}")
+        self.scaling = None if scaling is None else dict(scaling)
+        rope_inv_freq(self.rotary_dim, self.base, self.scaling, seq_len=1)  # validate now, not mid-forward
+
+    def inv_freq(self, seq_len: int | None = None) -> tuple[torch.Tensor, float]:
+        """(inv_freq (rotary_dim/2,), attention_factor) for a sequence of ``seq_len`` tokens."""
+        from .scaling import rope_inv_freq
+
+        return rope_inv_freq(self.rotary_dim, self.base, self.scaling, seq_len=seq_len)
+
+    def transform_qk(self, q, k, q_positions, k_positions):
+        seq_len = int(k_positions.max()) + 1 if k_positions.numel() else 1
+        inv_freq, factor = self.inv_freq(seq_len)
+        inv_freq = inv_freq.to(q.device)
+        rope = dict(inv_freq=inv_freq, layout=self.layout, attention_factor=factor)
+        return apply_rope(q, q_positions, **rope), apply_rope(k, k_positions, **rope)
+
+    def extra_repr(self) -> str:
+        return (f"{super().extra_repr()}, base={self.base}, layout={self.layout!r}, rotary_dim={self.rotary_dim}, "
+                f"scaling={self.scaling}")

@@ -1,0 +1,242 @@
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers import LlamaConfig
+from transformers.models.gptj.modeling_gptj import apply_rotary_pos_emb as gptj_apply_rotary_pos_emb
+from transformers.models.gptj.modeling_gptj import create_sinusoidal_positions
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb as llama_apply_rotary_pos_emb
+
+import posenc
+from posenc.layout import pair_permutation
+from posenc.model import ModelConfig, TinyLM
+from posenc.rope import ROPE_LAYOUTS, apply_rope, rope_cos_sin, rope_matrix, rotate_half, rotate_interleaved
+from posenc.schemes import build_scheme
+from posenc.sinusoidal import compute_inv_freq
+
+
+def _llama_rotary(head_dim, base, rope_parameters=None, max_position_embeddings=4096):
+    params = {"rope_type": "default", "rope_theta": base, **(rope_parameters or {})}
+    config = LlamaConfig(hidden_size=4 * head_dim, num_attention_heads=4, head_dim=head_dim,
+                         max_position_embeddings=max_position_embeddings, rope_parameters=params)
+    return LlamaRotaryEmbedding(config)
+
+
+@pytest.mark.parametrize("head_dim, base", [(8, 10000.0), (64, 10000.0), (128, 500000.0)])
+def test_half_layout_matches_hf_llama(head_dim, base):
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(2, 3, 50, head_dim, generator=g) for _ in range(2))
+    positions = torch.arange(1000, 1050)
+    cos, sin = _llama_rotary(head_dim, base)(q, positions[None].expand(2, -1))
+    q_hf, k_hf = llama_apply_rotary_pos_emb(q, k, cos, sin)
+    # HF rounds θ_i differently (base**x in float32): one float32 spacing of θ times m ≈ 1000, plus the
+    # rounding of the 1000-rad angle itself, a few 2⁻²² · 1000 ≈ 2.4·10⁻⁴
+    torch.testing.assert_close(apply_rope(q, positions, base=base), q_hf, atol=5e-4, rtol=1e-5)
+    torch.testing.assert_close(apply_rope(k, positions, base=base), k_hf, atol=5e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("head_dim, rotary_dim", [(16, 16), (16, 8), (64, 32)])
+def test_interleaved_layout_matches_hf_gptj_with_partial_rotary(head_dim, rotary_dim):
+    """GPT-J rotates the first rotary_dim features of each head in adjacent pairs."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 40, 3, head_dim, generator=g)  # GPT-J's (B, T, H, d_h)
+    positions = torch.arange(40)
+    sin, cos = torch.split(create_sinusoidal_positions(64, rotary_dim)[positions][None], rotary_dim // 2, dim=-1)
+    expected = torch.cat((gptj_apply_rotary_pos_emb(x[..., :rotary_dim], sin, cos), x[..., rotary_dim:]), dim=-1)
+    ours = apply_rope(x.transpose(1, 2), positions, inv_freq=compute_inv_freq(rotary_dim), layout="interleaved")
+    torch.testing.assert_close(ours.transpose(1, 2), expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("scaling", [
+    {"rope_type": "linear", "factor": 4.0},
+    {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 64},
+    {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 64, "low_freq_factor": 1.0,
+     "high_freq_factor": 4.0},
+])
+def test_scaled_scheme_matches_hf_llama_end_to_end(scaling):
+    """The 'rope' scheme with a scaling dict rotates q and k exactly as HF's Llama with the same
+    rope_parameters, attention factor (YaRN) included."""
+    head_dim = 32
+    g = torch.Generator().manual_seed(2)
+    q, k = (torch.randn(1, 2, 300, head_dim, generator=g) for _ in range(2))
+    positions = torch.arange(300)
+    rotary = _llama_rotary(head_dim, 10000.0, scaling, max_position_embeddings=512)
+    cos, sin = rotary(q, positions[None])
+    q_hf, k_hf = llama_apply_rotary_pos_emb(q, k, cos, sin)
+    scheme = build_scheme("rope", d_model=2 * head_dim, num_heads=2, scaling=scaling)
+    q_ours, k_ours = scheme.transform_qk(q, k, positions, positions)
+    torch.testing.assert_close(q_ours, q_hf, atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(k_ours, k_hf, atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ROPE_LAYOUTS)
+@pytest.mark.parametrize("head_dim, rotary_dim", [(4, 4), (8, 8), (12, 8)])
+def test_elementwise_form_equals_matrix_form(layout, head_dim, rotary_dim):
+    inv_freq = compute_inv_freq(rotary_dim, 100.0)
+    x = torch.randn(5, head_dim, dtype=torch.float64)
+    positions = torch.tensor([0.0, 1.0, 7.0, 2.5, 300.0])
+    expected = torch.stack([rope_matrix(float(p), inv_freq, layout=layout, head_dim=head_dim) @ row
+                            for p, row in zip(positions, x)])
+    torch.testing.assert_close(apply_rope(x, positions, inv_freq=inv_freq, layout=layout), expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ROPE_LAYOUTS)
+def test_rope_matrix_is_orthogonal(layout):
+    matrix = rope_matrix(12.0, compute_inv_freq(8), layout=layout, head_dim=10)
+    torch.testing.assert_close(matrix.T @ matrix, torch.eye(10, dtype=torch.float64))
+
+
+def test_rotations_are_quarter_turns():
+    x = torch.randn(3, 8)
+    for rotate in (rotate_half, rotate_interleaved):
+        torch.testing.assert_close(rotate(rotate(x)), -x)
+        assert torch.allclose((rotate(x) * x).sum(-1), torch.zeros(3), atol=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(shift=st.integers(0, 5000), layout=st.sampled_from(ROPE_LAYOUTS), seed=st.integers(0, 2**16))
+def test_scores_unchanged_when_all_positions_shift(shift, layout, seed):
+    g = torch.Generator().manual_seed(seed)
+    q, k = (torch.randn(2, 12, 16, generator=g, dtype=torch.float64) for _ in range(2))
+    positions = torch.arange(12)
+
+    def scores(offset):
+        rq = apply_rope(q, positions + offset, layout=layout)
+        rk = apply_rope(k, positions + offset, layout=layout)
+        return rq @ rk.transpose(-1, -2)
+
+    # angles are float32 (by design): their rounding grows with the position
+    torch.testing.assert_close(scores(shift), scores(0), atol=2e-3 * (1 + shift / 1000), rtol=0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(position=st.floats(-1e4, 1e4), layout=st.sampled_from(ROPE_LAYOUTS), seed=st.integers(0, 2**16))
+def test_norm_is_preserved(position, layout, seed):
+    x = torch.randn(3, 1, 32, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    out = apply_rope(x, torch.tensor([position]), layout=layout)
+    torch.testing.assert_close(out.norm(dim=-1), x.norm(dim=-1), atol=1e-5, rtol=1e-5)
+
+
+@settings(max_examples=25, deadline=None)
+@given(half_dim=st.integers(1, 16), seed=st.integers(0, 2**16))
+def test_layouts_differ_by_the_pair_permutation(half_dim, seed):
+    """Rotating permuted features in the half layout = permuting the interleaved result; hence
+    weights W_q, W_k for one layout serve the other after permuting their output rows."""
+    dim = 2 * half_dim
+    x = torch.randn(4, 9, dim, generator=torch.Generator().manual_seed(seed))
+    positions = torch.arange(9)
+    perm = pair_permutation(dim)
+    torch.testing.assert_close(apply_rope(x[..., perm], positions, layout="half"),
+                               apply_rope(x, positions, layout="interleaved")[..., perm])
+    w = torch.randn(dim, 5, generator=torch.Generator().manual_seed(seed + 1))
+    h = torch.randn(9, 5, generator=torch.Generator().manual_seed(seed + 2))
+    scores_interleaved = apply_rope(h @ w.T, positions, layout="interleaved")
+    scores_half = apply_rope(h @ w[perm].T, positions, layout="half")
+    torch.testing.assert_close(scores_half @ scores_half.T, scores_interleaved @ scores_interleaved.T, atol=1e-4, rtol=1e-4)
+
+
+def test_positions_may_be_per_sequence_offsets():
+    x = torch.randn(2, 3, 5, 8)
+    offsets = torch.tensor([[0], [100]]) + torch.arange(5)  # (B, T)
+    out = apply_rope(x, offsets[:, None, :])  # (B, 1, T)
+    torch.testing.assert_close(out[1], apply_rope(x[1], torch.arange(100, 105)))
+
+
+def test_bf16_input_keeps_float32_angles():
+    """At position 10⁵ an angle formed in bfloat16 is off by hundreds of radians; apply_rope forms
+    angles in float32 and only rounds the final product to bfloat16."""
+    x = torch.randn(1, 4, 64, dtype=torch.float64)
+    positions = torch.arange(100_000, 100_004)
+    exact = apply_rope(x, positions.double())  # float64 x, float32 angles
+    ours = apply_rope(x.bfloat16(), positions).double()
+    angles_bf16 = (positions.bfloat16()[:, None] * compute_inv_freq(64).bfloat16()).double()
+    cos, sin = torch.cat((angles_bf16.cos(),) * 2, -1), torch.cat((angles_bf16.sin(),) * 2, -1)
+    naive = x * cos + rotate_half(x) * sin
+    ours_error = (ours - exact).abs().max().item()
+    naive_error = (naive - exact).abs().max().item()
+    assert ours_error < 0.05 and naive_error > 10 * ours_error
+
+
+def test_cos_sin_dtypes_and_shapes():
+    cos, sin = rope_cos_sin(torch.arange(7), compute_inv_freq(6), layout="interleaved", attention_factor=2.0)
+    assert cos.shape == sin.shape == (7, 6) and cos.dtype == torch.float32
+    torch.testing.assert_close(cos[..., 0::2], cos[..., 1::2])
+    torch.testing.assert_close(cos**2 + sin**2, torch.full((7, 6), 4.0))
+
+
+def test_apply_rope_on_device(device):
+    x = torch.randn(2, 2, 9, 8, device=device, dtype=torch.float16 if device.type == "cuda" else torch.float32)
+    out = apply_rope(x, torch.arange(9, device=device))
+    assert out.device == x.device and out.dtype == x.dtype and out.shape == x.shape
+    torch.testing.assert_close(out.float().cpu(), apply_rope(x.float().cpu(), torch.arange(9)), atol=2e-3, rtol=2e-3)
+
+
+SCHEME_OPTIONS = {"learned": {"max_len": 64}, "rope": {"scaling": {"rope_type": "yarn", "factor": 4.0,
+                                                                    "original_max_position_embeddings": 8}}}
+
+
+@pytest.mark.parametrize("scheme", posenc.available_schemes())
+@pytest.mark.parametrize("impl", ["auto", "reference"])
+def test_kv_cache_gives_the_full_forward_logits(scheme, impl, device):
+    """Feeding the sequence in pieces (a prompt, one token, the rest) with a cache gives the logits
+    of one forward pass, for every registered scheme."""
+    torch.manual_seed(0)
+    model = TinyLM(ModelConfig(scheme=scheme, scheme_options=SCHEME_OPTIONS.get(scheme, {}), attn_impl=impl))
+    model = model.to(device).eval()
+    tokens = torch.randint(0, 256, (2, 20), device=device)
+    with torch.no_grad():
+        full = model(tokens)
+        cache = model.new_cache()
+        pieces = [model(tokens[:, a:b], cache=cache) for a, b in [(0, 7), (7, 8), (8, 20)]]
+    assert len(cache) == 20
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_dynamic_ntk_is_not_cache_consistent():
+    """Dynamic NTK picks the frequencies from the current length, but cached keys keep the rotation
+    of the step that computed them: past the training length, decoding token by token no longer
+    gives the full forward pass (the known caveat of dynamic scaling with a KV cache). Within the
+    training length the frequencies never change and the two agree."""
+    torch.manual_seed(0)
+    scaling = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 8}
+    model = TinyLM(ModelConfig(scheme="rope", scheme_options={"scaling": scaling})).eval()
+    tokens = torch.randint(0, 256, (1, 20))
+
+    def step_by_step(seq):
+        cache = model.new_cache()
+        return torch.cat([model(seq[:, i:i + 1], cache=cache) for i in range(seq.shape[1])], dim=1)
+
+    with torch.no_grad():
+        torch.testing.assert_close(step_by_step(tokens[:, :8]), model(tokens[:, :8]), atol=1e-5, rtol=1e-5)
+        assert (step_by_step(tokens) - model(tokens)).abs().max() > 1e-3
+
+
+def test_cache_rejects_a_model_mismatch():
+    model = TinyLM(ModelConfig(scheme="rope", num_layers=2))
+    other = TinyLM(ModelConfig(scheme="rope", num_layers=3))
+    with pytest.raises(ValueError, match="cache has 3 layers"):
+        model(torch.zeros(1, 3, dtype=torch.long), cache=other.new_cache())
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: apply_rope(torch.randn(2, 5, 7), torch.arange(5)), "head_dim must be even"),
+    (lambda: apply_rope(torch.randn(2, 5, 8), torch.arange(5), inv_freq=torch.ones(6)), "rotary_dim = 2·len"),
+    (lambda: apply_rope(torch.randn(2, 5, 8), torch.arange(4)), "T=5"),
+    (lambda: apply_rope(torch.randn(2, 5, 8), torch.arange(5), layout="neox"), "layout"),
+    (lambda: apply_rope(torch.randn(2, 5, 8), torch.tensor([0.0, 1, 2, 3, math.nan])), "finite"),
+    (lambda: build_scheme("rope", d_model=16, num_heads=2, rotary_dim=10), "rotary_dim = 10"),
+    (lambda: build_scheme("rope", d_model=14, num_heads=2), "head_dim must be even"),
+    (lambda: build_scheme("rope", d_model=16, num_heads=2, scaling={"rope_type": "xpos", "factor": 2.0}), "rope_type"),
+    (lambda: build_scheme("rope", d_model=16, num_heads=2, scaling={"rope_type": "linear", "factor": 0.5}), "factor must be >= 1"),
+])
+def test_bad_input_is_named(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_integer_x_is_a_type_error():
+    with pytest.raises(TypeError, match="floating"):
+        apply_rope(torch.ones(2, 4, dtype=torch.long), torch.arange(2))
