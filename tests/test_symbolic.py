@@ -1,3 +1,4 @@
+import pytest
 import sympy as sp
 
 from posenc import symbolic as S
@@ -77,3 +78,41 @@ def test_t5_bucket_starts_match_the_code():
 
 def test_score_variance_is_the_dimension():
     assert S.dot_product_variance(3) == 3
+
+
+def test_rope_block_matrix_is_the_code_matrix():
+    """The SymPy R_{Θ,m}, lambdified, equals posenc.rope.rope_matrix (both layouts)."""
+    import torch
+
+    from posenc.rope import rope_matrix
+    from posenc.sinusoidal import compute_inv_freq
+
+    thetas = sp.symbols("theta_0:3", positive=True)
+    inv_freq = compute_inv_freq(6)
+    for layout in ("interleaved", "half"):
+        fn = sp.lambdify((S.m_sym, *thetas), S.rope_block_matrix(S.m_sym, thetas, layout))
+        for position in (0.0, 3.0, 250.5):
+            expected = torch.tensor(fn(position, *inv_freq.double().tolist()), dtype=torch.float64)
+            torch.testing.assert_close(rope_matrix(position, inv_freq, layout=layout), expected)
+
+
+def test_ntk_base_is_the_code_base():
+    import torch
+
+    from posenc.scaling import rope_inv_freq
+    from posenc.sinusoidal import compute_inv_freq
+
+    b_new, (d, b, s) = S.ntk_base()
+    for dim, base, factor in [(16, 10000.0, 4.0), (128, 500000.0, 8.0)]:
+        new_base = float(b_new.subs({d: dim, b: base, s: factor}))
+        ours, _ = rope_inv_freq(dim, base, {"rope_type": "ntk", "factor": factor})
+        torch.testing.assert_close(ours, compute_inv_freq(dim, new_base))
+
+
+def test_yarn_correction_dim_is_the_code_formula():
+    from posenc.scaling import yarn_correction_dim
+
+    expr, (r, d, b, L) = S.yarn_correction_dim_expr()
+    fn = sp.lambdify((r, d, b, L), expr)
+    for args in [(32.0, 128, 10000.0, 4096), (1.0, 16, 10000.0, 64), (2.0, 64, 500000.0, 8192)]:
+        assert fn(*args) == pytest.approx(yarn_correction_dim(*args), rel=1e-12)

@@ -88,3 +88,33 @@ def test_perplexity_table_marks_lengths_a_scheme_cannot_run():
         "| a | 7.00 | 8.50 | 3 s |",
         "| b | 6.00 | cannot run |  |",
     ]
+
+
+def test_fine_tune_starts_from_the_given_weights_and_has_its_own_key(corpus):
+    rope = ModelConfig(scheme="rope", d_model=16, num_heads=2, num_layers=1)
+    base = train(rope, QUICK, corpus, device="cpu", progress=False)
+    scaled = ModelConfig(scheme="rope", d_model=16, num_heads=2, num_layers=1,
+                         scheme_options={"scaling": {"rope_type": "linear", "factor": 2.0}})
+    one_step = TrainConfig(**{**vars(QUICK), "seq_len": 32, "batch_size": 2, "steps": 1, "warmup_steps": 1,
+                              "lr": 1e-9})
+    tuned = train(scaled, one_step, corpus, device="cpu", progress=False, init=base)
+    fresh = train(scaled, one_step, corpus, device="cpu", progress=False)
+    for p, q, r in zip(base.model.parameters(), tuned.model.parameters(), fresh.model.parameters()):
+        torch.testing.assert_close(q, p, atol=1e-6, rtol=0)  # one tiny step away from the initial weights
+        assert not torch.allclose(r, p)  # a fresh model is not
+    assert tuned.key != fresh.key == cache_key(scaled, one_step, corpus)
+    assert tuned.key == cache_key(scaled, one_step, corpus, init_key=base.key)
+    assert tuned.model.scheme.scaling == {"rope_type": "linear", "factor": 2.0}
+
+
+def test_with_scheme_options_keeps_the_weights():
+    from posenc.model import TinyLM
+
+    model = TinyLM(ModelConfig(scheme="rope", d_model=16, num_heads=2, num_layers=1))
+    other = model.with_scheme_options(layout="interleaved", scaling={"rope_type": "ntk", "factor": 4.0})
+    assert other.scheme.layout == "interleaved" and other.scheme.scaling["rope_type"] == "ntk"
+    assert model.scheme.layout == "half"
+    for p, q in zip(model.parameters(), other.parameters()):
+        assert torch.equal(p, q)
+    with pytest.raises(ValueError, match="layout"):
+        model.with_scheme_options(layout="sideways")

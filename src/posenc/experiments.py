@@ -10,6 +10,8 @@ meant for a GPU. Notebooks choose it with one switch::
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .data import Corpus
 from .model import ModelConfig
 from .train import TrainConfig, TrainResult, perplexity_by_length, train
@@ -57,18 +59,63 @@ def train_scheme(scheme: str, corpus: Corpus | None = None, *, scale: str = "sma
     return train(model_cfg, train_cfg, corpus, device=device)
 
 
-def extrapolation(result: TrainResult, corpus: Corpus, *, multiples=LENGTH_MULTIPLES) -> dict[int, float]:
+def extrapolation(result: TrainResult, corpus: Corpus, *, multiples=LENGTH_MULTIPLES, model=None) -> dict[int, float]:
     """``{evaluation length: validation perplexity}`` at the given multiples of the training length,
     all scored on the same first :data:`EVAL_TOKENS` validation bytes
     (:func:`posenc.train.perplexity_by_length`).
 
     Lengths past a scheme's ``max_positions`` (the end of a learned table) cannot be processed at
     all and are left out of the result; :func:`perplexity_table` marks them "cannot run".
+
+    ``model`` replaces ``result.model`` for the scoring (e.g. the same weights with a RoPE scaling,
+    :meth:`posenc.model.TinyLM.with_scheme_options`); the lengths stay multiples of the training
+    length of ``result``.
     """
+    model = result.model if model is None else model
     train_len = result.train_config.seq_len
-    limit = result.model.scheme.max_positions
+    limit = model.scheme.max_positions
     lengths = [k * train_len for k in multiples if limit is None or k * train_len <= limit]
-    return perplexity_by_length(result.model, corpus.val, lengths, max_tokens=EVAL_TOKENS)
+    return perplexity_by_length(model, corpus.val, lengths, max_tokens=EVAL_TOKENS)
+
+
+#: Fine-tuning at a longer length (context extension): steps per scale. Tokens per step stay those of
+#: the base training (batch size shrinks as the length grows).
+FINE_TUNE_STEPS = {"small": 150, "large": 300}
+
+
+def scaling_methods(train_len: int, factor: float) -> dict[str, dict | None]:
+    """The context-extension methods the book compares, as ``scaling`` dicts for the "rope" scheme
+    of a model trained at ``train_len`` and extended ``factor`` times (see :mod:`posenc.scaling`).
+    Llama 3's low/high frequency factors are Meta's (1 and 4)."""
+    original = {"original_max_position_embeddings": train_len}
+    return {
+        "plain RoPE": None,
+        "linear (PI)": {"rope_type": "linear", "factor": factor},
+        "NTK-aware": {"rope_type": "ntk", "factor": factor},
+        "dynamic NTK": {"rope_type": "dynamic", "factor": factor, **original},
+        "YaRN": {"rope_type": "yarn", "factor": factor, **original},
+        "Llama 3": {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                    **original},
+    }
+
+
+def fine_tune(result: TrainResult, corpus: Corpus, *, seq_len: int, scale: str = "small", device=None,
+              **scheme_options) -> TrainResult:
+    """Continue training ``result``'s model at ``seq_len`` with new scheme options (e.g. a RoPE
+    ``scaling``) for :data:`FINE_TUNE_STEPS` steps, at a third of the base learning rate, with the
+    base run's tokens per step; cached like every training run.
+
+    Raises:
+        ValueError: unknown scale; seq_len not a positive int.
+    """
+    if scale not in FINE_TUNE_STEPS:
+        raise ValueError(f"scale must be one of {', '.join(map(repr, FINE_TUNE_STEPS))}; got {scale!r}")
+    base = result.train_config
+    model_cfg = replace(result.model.config, scheme_options={**result.model.config.scheme_options, **scheme_options})
+    steps = FINE_TUNE_STEPS[scale]
+    train_cfg = replace(base, seq_len=seq_len, batch_size=max(1, base.batch_size * base.seq_len // seq_len),
+                        steps=steps, lr=base.lr / 3, warmup_steps=steps // 10)
+    return train(model_cfg, train_cfg, corpus, device=device, init=result)
 
 
 def perplexity_table(results: dict[str, dict[int, float]], *, train_len: int | None = None,

@@ -140,6 +140,21 @@ class TinyLM(nn.Module):
         logits = self.head(self.ln_f(x))
         return (logits, all_weights) if need_weights else logits
 
+    def with_scheme_options(self, **scheme_options) -> "TinyLM":
+        """A new model with the same weights and the scheme rebuilt with ``scheme_options`` (merged
+        over the current ones), on the same device, in eval mode: e.g. a trained RoPE model with a
+        context-extension ``scaling`` and no further training.
+
+        Raises:
+            ValueError / RuntimeError: invalid options, or options that change the weights' shapes.
+        """
+        from dataclasses import replace
+
+        options = {**self.config.scheme_options, **scheme_options}
+        model = TinyLM(replace(self.config, scheme_options=options))
+        model.load_state_dict(self.state_dict())
+        return model.to(next(self.parameters()).device).eval()
+
     def num_parameters(self) -> int:
         """Number of distinct trainable parameters."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)

@@ -220,3 +220,26 @@ class RotaryScheme(PositionalScheme):
     def extra_repr(self) -> str:
         return (f"{super().extra_repr()}, base={self.base}, layout={self.layout!r}, rotary_dim={self.rotary_dim}, "
                 f"scaling={self.scaling}")
+
+
+def long_term_decay(distances: torch.Tensor, head_dim: int, base: float = 10000.0) -> torch.Tensor:
+    """RoFormer's upper bound on the rotary score as a function of the relative distance (§3.4.3).
+
+    Writing the score as Re Σ_i h_i e^{i(m−n)θ_i} with h_i the product of the i-th complex pairs of q
+    and k, Abel summation bounds it by (max_i |h_{i+1} − h_i|) · Σ_{j=1}^{d/2} |S_j|, with partial sums
+    S_j = Σ_{k=0}^{j−1} e^{i(m−n)θ_k}. This returns the relative size (1/(d/2)) Σ_j |S_j|, the curve
+    of the paper's Figure 2; it equals 1 at distance 0 and decays, with oscillation, as the distance
+    grows.
+
+    Args:
+        distances: (N,) relative distances m − n (int or float). head_dim: d (even).
+        base: frequency base b.
+
+    Returns:
+        float64 tensor (N,).
+    """
+    head_dim = check_even_dim("head_dim", head_dim)
+    theta = compute_inv_freq(head_dim, check_base(base)).double()
+    phases = distances.double()[:, None] * theta[None, :]
+    partial_sums = torch.cumsum(torch.polar(torch.ones_like(phases), phases), dim=-1)
+    return partial_sums.abs().mean(dim=-1)

@@ -263,3 +263,62 @@ def dot_product_variance(dim: int = 4):
     q = [Normal(f"q_{i}", 0, 1) for i in range(dim)]
     k = [Normal(f"k_{i}", 0, 1) for i in range(dim)]
     return sp.simplify(E(sp.expand(sum(qi * ki for qi, ki in zip(q, k)) ** 2)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Rotary position embedding
+# ---------------------------------------------------------------------------------------------
+
+m_sym, n_sym = sp.symbols("m n", integer=True)
+angle_a, angle_b = sp.symbols("a b", real=True)
+
+
+def rotation_matrix(angle) -> sp.Matrix:
+    """The 2D rotation R(a) = [[cos a, −sin a], [sin a, cos a]]."""
+    return sp.Matrix([[sp.cos(angle), -sp.sin(angle)], [sp.sin(angle), sp.cos(angle)]])
+
+
+def rope_block_matrix(position, thetas, layout: str = "interleaved") -> sp.Matrix:
+    """R_{Θ,m} of RoFormer Eq. 15: a rotation by ``position·θ_i`` of each feature pair, pairs (2i, 2i+1)
+    (``"interleaved"``) or (i, i + d/2) (``"half"``). Size d × d with d = 2·len(thetas)."""
+    half = len(thetas)
+    matrix = sp.zeros(2 * half, 2 * half)
+    for i, theta in enumerate(thetas):
+        a, b = (2 * i, 2 * i + 1) if layout == "interleaved" else (i, i + half)
+        block = rotation_matrix(position * theta)
+        matrix[a, a], matrix[a, b], matrix[b, a], matrix[b, b] = block[0, 0], block[0, 1], block[1, 0], block[1, 1]
+    return matrix
+
+
+def rotate_pairs_matrix(dim: int, layout: str = "interleaved") -> sp.Matrix:
+    """The matrix J of the 90° turn of every pair, so that ``rotate(x) = J x`` (``rotate_half`` or
+    ``rotate_interleaved`` of :mod:`posenc.rope`)."""
+    return rope_block_matrix(1, [sp.pi / 2] * (dim // 2), layout)
+
+
+def ntk_base():
+    """Solve for the new base b' of NTK-aware scaling: the lowest frequency b'^{−(d−2)/d} must equal
+    b^{−(d−2)/d}/s (interpolated by s); the highest, b'^0 = 1, is untouched by any base.
+
+    Taking logarithms makes the condition linear in β = ln b'. Returns ``(b', (d, b, s))`` with
+    b' = b·s^{d/(d−2)}."""
+    d, b, s = sp.symbols("d b s", positive=True)
+    beta = sp.Symbol("beta", real=True)
+    exponent = -(d - 2) / d
+    (solution,) = sp.solve(sp.Eq(exponent * beta, exponent * sp.log(b) - sp.log(s)), beta)
+    # β = c_b·ln b + c_s·ln s, so b' = b^{c_b}·s^{c_s}
+    terms = sp.collect(sp.expand(sp.expand_log(solution, force=True)), [sp.log(b), sp.log(s)], evaluate=False)
+    if set(terms) - {sp.log(b), sp.log(s)}:
+        raise ArithmeticError(f"unexpected terms in ln b' = {solution}")
+    return sp.Mul(*(sp.exp(log_term) ** sp.simplify(coefficient) for log_term, coefficient in terms.items())), (d, b, s)
+
+
+def yarn_correction_dim_expr():
+    """Solve L / λ_i = r for the pair index i, with wavelength λ_i = 2π·b^{2i/d}: the index whose
+    wavelength fits r times into the training length L (Peng et al. 2023, Eq. 17 inverted).
+    In logarithms the condition is linear in i. Returns ``(i, (r, d, b, L))`` with
+    i = d·(ln L − ln 2π − ln r) / (2 ln b)."""
+    i, r, d, b, L = sp.symbols("i r d b L", positive=True)
+    log_wavelength = sp.log(2 * sp.pi) + 2 * i / d * sp.log(b)
+    (solution,) = sp.solve(sp.Eq(sp.log(L) - log_wavelength, sp.log(r)), i)
+    return sp.factor(solution), (r, d, b, L)

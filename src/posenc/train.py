@@ -97,14 +97,18 @@ def cache_dir() -> Path:
     return Path(env) if env else Path(platformdirs.user_cache_dir("posenc"))
 
 
-def cache_key(model_config: ModelConfig, train_config: TrainConfig, corpus: Corpus) -> str:
-    """A stable hash of everything that determines the trained weights."""
+def cache_key(model_config: ModelConfig, train_config: TrainConfig, corpus: Corpus, *,
+              init_key: str | None = None) -> str:
+    """A stable hash of everything that determines the trained weights (and, for a fine-tune, the
+    key of the weights it started from)."""
     payload = {
         "version": CACHE_VERSION,
         "model": model_config.to_dict(),
         "train": asdict(train_config),
         "corpus": [corpus.name, corpus.fingerprint],
     }
+    if init_key is not None:
+        payload["init"] = init_key
     text = json.dumps(payload, sort_keys=True, default=str)
     return f"{model_config.scheme}-{hashlib.sha256(text.encode()).hexdigest()[:20]}"
 
@@ -134,6 +138,7 @@ def train(
     device: torch.device | str | None = None,
     use_cache: bool = True,
     progress: bool = True,
+    init: TrainResult | None = None,
 ) -> TrainResult:
     """Train a :class:`TinyLM` on ``corpus`` (default: the stdlib corpus), or load it from the cache.
 
@@ -146,26 +151,29 @@ def train(
         device: default :func:`posenc.get_device`.
         use_cache: load from / save to :func:`cache_dir`.
         progress: show a tqdm progress bar.
+        init: start from this trained model's weights (fine-tuning) instead of a fresh
+            initialisation; its cache key becomes part of this one. The model configs may differ in
+            scheme options that hold no weights (a RoPE ``scaling``).
 
     Returns:
         A :class:`TrainResult` whose model is in eval mode.
     """
     corpus = corpus if corpus is not None else load_stdlib_corpus()
     device = torch.device(device) if device is not None else get_device()
-    key = cache_key(model_config, train_config, corpus)
+    key = cache_key(model_config, train_config, corpus, init_key=None if init is None else init.key)
     path = cache_dir() / f"{key}.pt"
     if use_cache:
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(path) + ".lock"):  # two processes asking for one config train it once
             if path.exists():
                 return _load(path, model_config, train_config, key, device)
-            result = _train(model_config, train_config, corpus, device, key, progress)
+            result = _train(model_config, train_config, corpus, device, key, progress, init)
             tmp = path.with_suffix(".tmp")
             torch.save({"state_dict": {k: v.cpu() for k, v in result.model.state_dict().items()},
                         "losses": result.losses, "seconds": result.seconds}, tmp)
             os.replace(tmp, path)
             return result
-    return _train(model_config, train_config, corpus, device, key, progress)
+    return _train(model_config, train_config, corpus, device, key, progress, init)
 
 
 def _load(path: Path, model_config: ModelConfig, train_config: TrainConfig, key: str,
@@ -176,9 +184,12 @@ def _load(path: Path, model_config: ModelConfig, train_config: TrainConfig, key:
     return TrainResult(model.to(device).eval(), list(blob["losses"]), float(blob["seconds"]), True, key, train_config)
 
 
-def _train(model_config, cfg: TrainConfig, corpus: Corpus, device, key, progress) -> TrainResult:
+def _train(model_config, cfg: TrainConfig, corpus: Corpus, device, key, progress, init=None) -> TrainResult:
     generator = seed_everything(cfg.seed)
-    model = TinyLM(model_config).to(device)
+    model = TinyLM(model_config)
+    if init is not None:
+        model.load_state_dict(init.model.state_dict())
+    model = model.to(device)
     opt = _optimizer(model, cfg)
     losses: list[float] = []
     start = time.perf_counter()
