@@ -74,7 +74,7 @@ def peak_memory(fn: Callable[[], object], device: torch.device | str = "cpu") ->
     return tracker.peak
 
 
-_MALLOC_TUNED = False
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
 
 
 def _proc_status_bytes(key: str) -> int:
@@ -87,10 +87,12 @@ def peak_rss(fn: Callable[[], object]) -> int:
 
     Sees every allocation, including those of compiled kernels that :func:`peak_memory` cannot
     follow, and also everything else the process does meanwhile: use it on one thing at a time,
-    after a warm-up call (compilation itself allocates). On first use it sets glibc's
-    ``M_MMAP_THRESHOLD`` to 64 KiB and ``M_TRIM_THRESHOLD`` to 0 for the whole process, so that every
-    large block is mapped when allocated and returned when freed; otherwise malloc keeps freed
-    memory and the resident size reflects history rather than ``fn``. The peak is reset through
+    after a warm-up call (compilation itself allocates). While ``fn`` runs, glibc's
+    ``M_MMAP_THRESHOLD`` is 64 KiB and ``M_TRIM_THRESHOLD`` 0, so that every large block is mapped
+    when allocated and returned when freed (otherwise malloc keeps freed memory and the resident size
+    reflects history rather than ``fn``). That mode is slow — every large tensor costs page faults —
+    so afterwards the thresholds are set to 32 MiB and 64 MiB, glibc's own upper limits on 64-bit
+    (its adaptive mode cannot be switched back on). The peak is reset through
     ``/proc/self/clear_refs`` (Linux ≥ 4.0). Resolution: a few hundred KiB, since the kernel
     updates its per-thread page counts in batches.
 
@@ -103,20 +105,22 @@ def peak_rss(fn: Callable[[], object]) -> int:
     Raises:
         RuntimeError: when not on Linux with glibc.
     """
-    global _MALLOC_TUNED
     if not sys.platform.startswith("linux"):
         raise RuntimeError(f"peak_rss needs Linux's /proc (this is {sys.platform!r}); use peak_memory")
-    if not _MALLOC_TUNED:
-        try:
-            libc = ctypes.CDLL("libc.so.6")
-        except OSError as error:
-            raise RuntimeError("peak_rss needs glibc (libc.so.6) to control when memory is returned") from error
-        libc.mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD
-        libc.mallopt(-1, 0)  # M_TRIM_THRESHOLD
-        _MALLOC_TUNED = True
-    gc.collect()
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # reset VmHWM to the current resident size
-    before = _proc_status_bytes("VmRSS")
-    fn()
-    return max(0, _proc_status_bytes("VmHWM") - before)
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError as error:
+        raise RuntimeError("peak_rss needs glibc (libc.so.6) to control when memory is returned") from error
+    libc.mallopt(_M_MMAP_THRESHOLD, 64 * 1024)
+    libc.mallopt(_M_TRIM_THRESHOLD, 0)
+    try:
+        gc.collect()
+        libc.malloc_trim(0)
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset VmHWM to the current resident size
+        before = _proc_status_bytes("VmRSS")
+        fn()
+        return max(0, _proc_status_bytes("VmHWM") - before)
+    finally:
+        libc.mallopt(_M_MMAP_THRESHOLD, 32 * 2**20)
+        libc.mallopt(_M_TRIM_THRESHOLD, 64 * 2**20)
