@@ -228,8 +228,8 @@ def long_term_decay(distances: torch.Tensor, head_dim: int, base: float = 10000.
     Writing the score as Re Σ_i h_i e^{i(m−n)θ_i} with h_i the product of the i-th complex pairs of q
     and k, Abel summation bounds it by (max_i |h_{i+1} − h_i|) · Σ_{j=1}^{d/2} |S_j|, with partial sums
     S_j = Σ_{k=0}^{j−1} e^{i(m−n)θ_k}. This returns the relative size (1/(d/2)) Σ_j |S_j|, the curve
-    of the paper's Figure 2; it equals 1 at distance 0 and decays, with oscillation, as the distance
-    grows.
+    of the paper's Figure 2; it is (d/2 + 1)/2 at distance 0 (every |S_j| = j) and decays, with
+    oscillation, as the distance grows.
 
     Args:
         distances: (N,) relative distances m − n (int or float). head_dim: d (even).
