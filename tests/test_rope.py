@@ -240,3 +240,26 @@ def test_bad_input_is_named(call, message):
 def test_integer_x_is_a_type_error():
     with pytest.raises(TypeError, match="floating"):
         apply_rope(torch.ones(2, 4, dtype=torch.long), torch.arange(2))
+
+
+@pytest.mark.parametrize("rotary_dim", [None, 4])
+def test_convert_rope_layout_keeps_the_logits(rotary_dim, device):
+    torch.manual_seed(0)
+    options = {} if rotary_dim is None else {"rotary_dim": rotary_dim}
+    model = TinyLM(ModelConfig(scheme="rope", d_model=32, num_heads=4, scheme_options=options)).to(device).eval()
+    tokens = torch.randint(0, 256, (2, 24), device=device)
+    converted = posenc.rope.convert_rope_layout(model, "interleaved")
+    back = posenc.rope.convert_rope_layout(converted, "half")
+    with torch.no_grad():
+        logits = model(tokens)
+        torch.testing.assert_close(converted(tokens), logits, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(back(tokens), logits, atol=1e-5, rtol=1e-5)
+        assert (model.with_scheme_options(layout="interleaved")(tokens) - logits).abs().max() > 1e-3
+    assert converted.scheme.layout == "interleaved"
+    for p, q in zip(model.parameters(), back.parameters()):
+        assert torch.equal(p, q)
+
+
+def test_convert_rope_layout_needs_rope():
+    with pytest.raises(ValueError, match="'rope' scheme"):
+        posenc.rope.convert_rope_layout(TinyLM(ModelConfig(scheme="alibi")), "half")

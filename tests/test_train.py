@@ -118,3 +118,17 @@ def test_with_scheme_options_keeps_the_weights():
         assert torch.equal(p, q)
     with pytest.raises(ValueError, match="layout"):
         model.with_scheme_options(layout="sideways")
+
+
+def test_cache_key_resolves_scheme_defaults(corpus, monkeypatch):
+    """An option spelled out at its default shares the cached run; a changed default does not load
+    weights trained under the old one."""
+    from posenc.learned import LearnedScheme
+
+    learned = ModelConfig(scheme="learned", d_model=16, num_heads=2, num_layers=1)
+    key = cache_key(learned, QUICK, corpus)
+    explicit = ModelConfig(scheme="learned", d_model=16, num_heads=2, num_layers=1,
+                           scheme_options={"max_len": 1024, "init_std": 0.02})
+    assert cache_key(explicit, QUICK, corpus) == key
+    monkeypatch.setattr(LearnedScheme.__init__, "__kwdefaults__", {**LearnedScheme.__init__.__kwdefaults__, "init_std": 1.0})
+    assert cache_key(learned, QUICK, corpus) != key

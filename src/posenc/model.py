@@ -127,8 +127,8 @@ class TinyLM(nn.Module):
                 f"{int(tokens.min())}..{int(tokens.max())}"
             )
         if positions is None:
-            start = 0 if cache is None else len(cache)
-            positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)
+            positions = (torch.arange(tokens.shape[1], device=tokens.device) if cache is None
+                         else cache.next_positions(tokens.shape[1], device=tokens.device))
         if cache is not None and len(cache.layers) != len(self.blocks):
             raise ValueError(f"cache has {len(cache.layers)} layers, the model {len(self.blocks)}; use model.new_cache()")
         x = self.scheme.embed(self.tok_emb(tokens), positions)

@@ -25,6 +25,8 @@ import math
 import torch
 
 from ._checks import check_base, check_choice, check_even_dim
+from .layout import pair_permutation
+from .scaling import check_scaling, rope_inv_freq
 from .schemes import PositionalScheme, register_scheme
 from .sinusoidal import compute_inv_freq
 
@@ -192,8 +194,6 @@ class RotaryScheme(PositionalScheme):
 
     def __init__(self, *, d_model: int, num_heads: int, base: float = 10000.0, layout: str = "half",
                  rotary_dim: int | None = None, scaling: dict | None = None) -> None:
-        from .scaling import rope_inv_freq
-
         super().__init__(d_model=d_model, num_heads=num_heads)
         check_even_dim("head_dim", self.head_dim)
         self.base = check_base(base)
@@ -201,20 +201,18 @@ class RotaryScheme(PositionalScheme):
         self.rotary_dim = self.head_dim if rotary_dim is None else check_even_dim("rotary_dim", rotary_dim)
         if self.rotary_dim > self.head_dim:
             raise ValueError(f"rotary_dim = {self.rotary_dim} must not exceed head_dim = {self.head_dim}")
-        self.scaling = None if scaling is None else dict(scaling)
-        rope_inv_freq(self.rotary_dim, self.base, self.scaling, seq_len=1)  # validate now, not mid-forward
-
-    def inv_freq(self, seq_len: int | None = None) -> tuple[torch.Tensor, float]:
-        """(inv_freq (rotary_dim/2,), attention_factor) for a sequence of ``seq_len`` tokens."""
-        from .scaling import rope_inv_freq
-
-        return rope_inv_freq(self.rotary_dim, self.base, self.scaling, seq_len=seq_len)
+        self.scaling = check_scaling(scaling)  # validated now, not mid-forward
+        self.dynamic = self.scaling is not None and self.scaling["rope_type"] == "dynamic"
+        # every type but "dynamic" has fixed frequencies: computed once, moved with the module
+        inv_freq, self.attention_factor = rope_inv_freq(self.rotary_dim, self.base, self.scaling)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def transform_qk(self, q, k, q_positions, k_positions):
-        seq_len = int(k_positions.max()) + 1 if k_positions.numel() else 1
-        inv_freq, factor = self.inv_freq(seq_len)
-        inv_freq = inv_freq.to(q.device)
-        rope = dict(inv_freq=inv_freq, layout=self.layout, attention_factor=factor)
+        inv_freq, factor = self.inv_freq, self.attention_factor
+        if self.dynamic:  # the frequencies follow the current length max(k_positions) + 1
+            seq_len = int(k_positions.max()) + 1 if k_positions.numel() else 1
+            inv_freq, factor = rope_inv_freq(self.rotary_dim, self.base, self.scaling, seq_len=seq_len)
+        rope = dict(inv_freq=inv_freq.to(q.device), layout=self.layout, attention_factor=factor)
         return apply_rope(q, q_positions, **rope), apply_rope(k, k_positions, **rope)
 
     def extra_repr(self) -> str:
@@ -243,3 +241,37 @@ def long_term_decay(distances: torch.Tensor, head_dim: int, base: float = 10000.
     phases = distances.double()[:, None] * theta[None, :]
     partial_sums = torch.cumsum(torch.polar(torch.ones_like(phases), phases), dim=-1)
     return partial_sums.abs().mean(dim=-1)
+
+
+def convert_rope_layout(model, layout: str):
+    """The same trained model for the other RoPE layout: a copy whose scheme uses ``layout`` and
+    whose query and key projections have their output rows permuted within every head, so that the
+    logits are unchanged (:func:`posenc.layout.pair_permutation`: R_half = P R_interleaved Pᵀ).
+
+    Args:
+        model: a :class:`posenc.model.TinyLM` with the "rope" scheme.
+        layout: ``"half"`` or ``"interleaved"``.
+
+    Returns:
+        A new TinyLM in eval mode on the model's device.
+
+    Raises:
+        ValueError: if the model's scheme is not "rope", or ``layout`` is unknown.
+    """
+    layout = check_choice("layout", layout, ROPE_LAYOUTS)
+    scheme = model.scheme
+    if scheme.name != "rope":
+        raise ValueError(f"convert_rope_layout needs a model with the 'rope' scheme, got {scheme.name!r}")
+    converted = model.with_scheme_options(layout=layout)
+    if layout == scheme.layout:
+        return converted
+    perm = pair_permutation(scheme.rotary_dim)
+    # interleaved → half takes feature perm[i] to place i; half → interleaved is the inverse
+    order = perm if layout == "half" else torch.argsort(perm)
+    order = torch.cat((order, torch.arange(scheme.rotary_dim, scheme.head_dim)))  # unrotated features stay
+    heads, d_model = converted.config.num_heads, converted.config.d_model
+    with torch.no_grad():
+        for block in converted.blocks:
+            weight = block.attn.qkv.weight.view(3, heads, scheme.head_dim, d_model)
+            weight[:2] = weight[:2, :, order.to(weight.device)]  # queries and keys; values are not rotated
+    return converted

@@ -10,6 +10,7 @@ retraining. The device is not part of the key: weights trained on a GPU are reus
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
 import os
@@ -33,10 +34,11 @@ with warnings.catch_warnings():
 from ._checks import check_int
 from .data import Corpus, eval_windows, get_batch, load_stdlib_corpus
 from .model import ModelConfig, TinyLM
+from .schemes import get_scheme_class
 from .utils import get_device, seed_everything
 
 #: Bump when a change to the training code makes old cached weights wrong.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 @dataclass
@@ -97,13 +99,25 @@ def cache_dir() -> Path:
     return Path(env) if env else Path(platformdirs.user_cache_dir("posenc"))
 
 
+def scheme_arguments(model_config: ModelConfig) -> dict:
+    """Every keyword argument the model's scheme is built with: its signature's defaults, overridden
+    by ``scheme_options``. Part of the cache key, so that a changed default retrains instead of
+    loading stale weights, and an option spelled out at its default value shares the cached run."""
+    parameters = inspect.signature(get_scheme_class(model_config.scheme).__init__).parameters
+    defaults = {name: p.default for name, p in parameters.items()
+                if p.kind is p.KEYWORD_ONLY and p.default is not p.empty}
+    return {**defaults, **model_config.scheme_options}
+
+
 def cache_key(model_config: ModelConfig, train_config: TrainConfig, corpus: Corpus, *,
               init_key: str | None = None) -> str:
-    """A stable hash of everything that determines the trained weights (and, for a fine-tune, the
-    key of the weights it started from)."""
+    """A stable hash of everything that determines the trained weights: the model config with the
+    scheme's resolved arguments (:func:`scheme_arguments`), the training config, the corpus, and for
+    a fine-tune the key of the weights it started from."""
+    model = {**model_config.to_dict(), "scheme_options": scheme_arguments(model_config)}
     payload = {
         "version": CACHE_VERSION,
-        "model": model_config.to_dict(),
+        "model": model,
         "train": asdict(train_config),
         "corpus": [corpus.name, corpus.fingerprint],
     }
