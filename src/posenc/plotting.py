@@ -78,11 +78,32 @@ def perplexity_plot(ax, results: dict[str, dict[int, float]], *, train_len: int,
         ax.plot(lengths, [by_len[n] for n in lengths], marker="o", label=name)
     ax.axvline(train_len, color="0.4", linestyle="--", linewidth=1)
     ax.text(train_len, ax.get_ylim()[1], " training length", va="top", ha="left", fontsize=8, color="0.3")
-    ax.set_xscale("log", base=2)
-    all_lengths = sorted({n for by_len in results.values() for n in by_len})
-    ax.set_xticks(all_lengths, [str(n) for n in all_lengths])
-    ax.minorticks_off()
+    _length_axis(ax, sorted({n for by_len in results.values() for n in by_len}))
     ax.set(xlabel="evaluation length T (bytes)", ylabel="validation perplexity (per byte)", title=title)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: never covers a curve
+    return ax
+
+
+def _length_axis(ax, lengths) -> None:
+    """A log₂ x axis whose ticks are the sequence lengths themselves (64, 128, … rather than 2⁶ …)."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths, [str(n) for n in lengths])
+    ax.minorticks_off()
+
+
+def memory_plot(ax, lengths, curves: dict[str, list[float]], *, title: str = "", floor_mib: float = 2**-10):
+    """Peak memory against sequence length on log–log axes, one line per computation path.
+
+    Args:
+        ax: the Axes. lengths: the sequence lengths T. curves: ``{path name: [MiB at each length]}``.
+        floor_mib: values below it (a measure's noise floor, or 0) are drawn at it, since a log axis
+            cannot show 0; default 1 KiB.
+    """
+    for name, values in curves.items():
+        ax.plot(lengths, [max(v, floor_mib) for v in values], marker="o", label=name)
+    ax.set_yscale("log")
+    _length_axis(ax, list(lengths))
+    ax.set(xlabel="sequence length T", ylabel="peak memory (MiB)", title=title)
+    ax.legend(fontsize=8)
     return ax
 
