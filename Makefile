@@ -1,6 +1,9 @@
 # The two entry points of the project. Each creates (or reuses) the local virtual environment .venv.
-#   make book   execute every chapter and build the site into _build/html/index.html
-#   make test   unit/property/parity tests, every notebook under nbval, and a strict site build
+#   make book   execute every chapter, build the site into _build/html/index.html and the lecture
+#               decks into _build/html/slides/
+#   make test   unit/property/parity tests, every notebook under nbval, a strict site build, the
+#               decks, every page and deck in headless Chromium, and every chapter run alone in a
+#               clean environment through its own install cell (the Colab path)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -12,7 +15,11 @@ STAMP  := $(VENV)/.installed-$(shell cksum requirements.txt pyproject.toml | cks
 export POSENC_CACHE_DIR := $(CURDIR)/.cache/posenc
 export PYTHONHASHSEED := 0
 
-.PHONY: book test pytest notebooks strict-book clean
+# Browser assets served by the site itself (MathJax 3, reveal.js 4), pinned by package-lock.json.
+VENDOR := book/_vendor
+ASSETS := $(VENDOR)/node_modules/.package-lock.json
+
+.PHONY: book slides test pytest notebooks strict-book site-tests clean-env-tests clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,22 +27,55 @@ $(STAMP): requirements.txt pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-book: $(STAMP)
+# A Debian package the build or the browser tests need, installed when its command is missing and
+# we can (root with apt-get: CI, a container); otherwise a warning, and the browser tests skip and
+# say why. $(call ensure,COMMAND,PACKAGE)
+define ensure
+	@command -v $(1) >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian's $(2)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) >/dev/null \
+	      || echo "WARNING: could not install Debian's $(2)"; \
+	  else echo "WARNING: $(1) not found and not root with apt-get: install Debian's $(2)"; fi; }
+endef
+
+$(ASSETS): $(VENDOR)/package.json $(VENDOR)/package-lock.json
+	$(call ensure,npm,npm)
+	npm ci --prefix $(VENDOR) --no-audit --no-fund --loglevel=error
+	touch $@
+
+book: $(STAMP) $(ASSETS)
 	$(BIN)/jupyter-book build .
+	$(MAKE) slides
 	@echo "Open _build/html/index.html"
 
-test: pytest notebooks strict-book
+# One reveal.js deck per chapter from the notebooks the book build executed.
+slides: $(STAMP) $(ASSETS)
+	$(BIN)/jupyter nbconvert --config book/_slides/nbconvert_config.py
+
+test: pytest notebooks strict-book slides site-tests clean-env-tests
 
 pytest: $(STAMP)
-	$(BIN)/python -m pytest tests/
+	$(BIN)/python -m pytest tests/ -m "not site and not clean_env"
 
 # Two workers on the 2-core CI machine: one OpenMP thread each, or torch's thread pools fight over
 # the cores and training slows down many times over.
 notebooks: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest --nbval-lax --nbval-current-env -n 2 --dist loadfile book/
 
-strict-book: $(STAMP)
+strict-book: $(STAMP) $(ASSETS)
 	$(BIN)/jupyter-book build . -W -n --keep-going
 
+# Every page and deck of _build/html in headless Chromium (tests/test_site.py).
+site-tests: $(STAMP)
+	$(call ensure,chromium,chromium)
+	$(call ensure,chromedriver,chromium-driver)
+	POSENC_REQUIRE_SITE=1 $(BIN)/python -m pytest tests/ -m site
+
+# Every chapter copied alone into an empty folder and run by a Python without posenc, so that its
+# install cell must install it — from this checkout (tests/test_clean_env.py).
+clean-env-tests: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests/ -m clean_env -n 2
+
 clean:
-	rm -rf _build .cache
+	rm -rf _build .cache $(VENDOR)/node_modules

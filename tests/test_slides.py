@@ -120,7 +120,7 @@ def test_exercises_and_collapsed_solutions(chapter):
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_converts_to_a_deck_without_myst(chapter):
-    nb, _ = posenc_slides.BookToSlides().preprocess(read(chapter), {})
+    nb, _ = posenc_slides.BookToSlides(merge_outputs=False).preprocess(read(chapter), {})
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             assert not re.search(r"```\{|:::\{|\{[\w:-]+\}`", cell.source), cell.source[:200]

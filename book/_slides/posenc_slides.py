@@ -1,0 +1,187 @@
+"""What the lecture decks need beyond stock nbconvert (used by nbconvert_config.py).
+
+The slide structure is the notebooks' own slideshow metadata (annotate.py writes a first version).
+The preprocessor BookToSlides turns the book's MyST Markdown into the plain Markdown that nbconvert
+renders — directives, roles, citations, literalinclude of the package's real source — and applies
+the book's cell tags (remove-input, remove-stderr, ...) to the deck.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from jupyter_cache import get_cache
+from nbconvert.preprocessors import Preprocessor
+from traitlets import Bool
+from pybtex.database import parse_file
+from sphinx_external_toc.parsing import parse_toc_yaml
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+BOOK = ROOT / "book"
+
+
+def chapter_notebooks() -> list[str]:
+    """The notebook of every chapter listed in _toc.yml, in book order."""
+    files = parse_toc_yaml(str(ROOT / "_toc.yml")).keys()
+    return [str(ROOT / f"{name}.ipynb") for name in files if (ROOT / f"{name}.ipynb").exists()]
+
+
+def with_outputs(nb, path: str = "the notebook"):
+    """The notebook with the outputs the book build stored for it in its execution cache
+    (jupyter-cache, _build/.jupyter_cache): the decks show exactly what the site shows."""
+    try:
+        _, merged = get_cache(str(ROOT / "_build" / ".jupyter_cache")).merge_match_into_notebook(nb)
+    except KeyError:
+        raise RuntimeError(f"{path} has no outputs in _build/.jupyter_cache: build the book (make book) first, "
+                           "then the slides") from None
+    return merged
+
+
+def python_object_source(path: Path, name: str) -> str:
+    """Source of a top-level function or class (or Class.method) of a Python file, like Sphinx's
+    literalinclude :pyobject:."""
+    text = path.read_text()
+    body = ast.parse(text).body
+    node = None
+    for part in name.split("."):
+        node = next(n for n in body if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)) and n.name == part)
+        body = node.body
+    lines = text.split("\n")
+    start = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
+    return "\n".join(lines[start:node.end_lineno])
+
+
+class Citations:
+    """Author–year text for the book's citation keys, read from book/references.bib."""
+
+    def __init__(self, bibfile: Path):
+        self.entries = parse_file(str(bibfile)).entries
+
+    def names(self, key: str) -> tuple[str, str]:
+        entry = self.entries[key.strip()]
+        people = entry.persons.get("author", [])
+        last = " ".join(people[0].last_names).replace("{", "").replace("}", "") if people else key
+        who = last + (" et al." if len(people) > 2 else f" and {' '.join(people[1].last_names)}" if len(people) == 2 else "")
+        return who, entry.fields.get("year", "")
+
+    def __call__(self, role: str, keys: str) -> str:
+        parts = [self.names(k) for k in keys.split(",")]
+        if role.endswith(":t"):
+            return "; ".join(f"{who} ({year})" for who, year in parts)
+        return "(" + "; ".join(f"{who}, {year}" for who, year in parts) + ")"
+
+
+FENCE_OPEN = re.compile(r"^(?P<fence>`{3,}|:{3,})\{(?P<name>[\w:-]+)\}\s*(?P<argument>.*)$")
+ROLE = re.compile(r"\{(?P<role>[\w:-]+)\}`(?P<content>[^`]*)`")
+TITLES = {"note": "Note", "tip": "Tip", "warning": "Warning", "exercise": "Exercise", "important": "Important"}
+
+
+def myst_to_markdown(source: str, cite: Citations) -> str:
+    """Plain Markdown for nbconvert from the book's MyST: directives, roles and targets."""
+    out: list[str] = []
+    lines = source.split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        match = FENCE_OPEN.match(line)
+        if re.match(r"^\([\w-]+\)=\s*$", line):
+            i += 1
+            continue
+        if not match:
+            out.append(line)
+            i += 1
+            continue
+        fence, name, argument = match.group("fence"), match.group("name"), match.group("argument").strip()
+        j = i + 1
+        options: dict[str, str] = {}
+        while j < len(lines) and re.match(r"^:[\w-]+:", lines[j]):
+            key, _, value = lines[j][1:].partition(":")
+            options[key] = value.strip()
+            j += 1
+        body: list[str] = []
+        depth = 1
+        while j < len(lines):
+            inner = FENCE_OPEN.match(lines[j])
+            if inner and inner.group("fence") == fence:
+                depth += 1
+            elif lines[j].strip() == fence:
+                depth -= 1
+                if depth == 0:
+                    break
+            body.append(lines[j])
+            j += 1
+        i = j + 1
+        text = myst_to_markdown("\n".join(body), cite)
+        if name in ("solution-start", "solution-end", "footbibliography"):
+            continue
+        if name == "literalinclude":
+            path = (BOOK / argument).resolve()
+            if "pyobject" in options:
+                code = python_object_source(path, options["pyobject"])
+            else:
+                code = path.read_text()
+                if "start-at" in options:
+                    code = code[code.index(options["start-at"]):]
+                if "end-before" in options:
+                    code = code[:code.index(options["end-before"])]
+            out += [f"```{options.get('language', 'python')}", code.rstrip("\n"), "```"]
+        elif name == "math":
+            out += ["$$", text, "$$"]
+        else:
+            kind = name.split(":")[-1]
+            title = TITLES.get(kind, kind.capitalize())
+            if argument:
+                title = argument if name == "admonition" else f"{title} ({argument})"
+            out.append(f"**{title}.**")
+            out.append("")
+            out += text.split("\n")
+    text = "\n".join(out)
+
+    def role(match: re.Match) -> str:
+        name, content = match.group("role"), match.group("content")
+        if name.startswith("footcite") or name.startswith("cite"):
+            return cite(name, content)
+        if name == "math":
+            return f"${content}$"
+        labelled = re.match(r"^(?P<text>.*?)\s*<(?P<target>[^>]+)>$", content)
+        if labelled:
+            return labelled.group("text")
+        if name == "eq":
+            return f"({content})"
+        return content.rsplit("/", 1)[-1]
+
+    return ROLE.sub(role, text)
+
+
+class BookToSlides(Preprocessor):
+    """Apply the book's conventions to a deck: the outputs of the book build, MyST to Markdown,
+    and the cell tags the book obeys (remove-cell, remove-input/hide-input, remove-output,
+    remove-stderr). Speaker notes are tagged remove-cell for the site and are kept here."""
+
+    merge_outputs = Bool(True, help="take the outputs from the book build's execution cache").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        if self.merge_outputs:
+            nb = with_outputs(nb, resources.get("metadata", {}).get("name", "the notebook"))
+        cite = Citations(BOOK / "references.bib")
+        cells = []
+        for cell in nb.cells:
+            tags = set(cell.metadata.get("tags", []))
+            slide_type = cell.metadata.get("slideshow", {}).get("slide_type")
+            if "remove-cell" in tags and slide_type != "notes":
+                continue
+            if cell.cell_type == "markdown":
+                cell.source = myst_to_markdown(cell.source, cite)
+            elif cell.cell_type == "code":
+                if tags & {"remove-input", "hide-input"}:
+                    cell.transient = {"remove_source": True}
+                if "remove-output" in tags:
+                    cell.outputs = []
+                if "remove-stderr" in tags:
+                    cell.outputs = [o for o in cell.outputs if not (o.output_type == "stream" and o.name == "stderr")]
+            cells.append(cell)
+        nb.cells = cells
+        return nb, resources
