@@ -203,6 +203,7 @@ const start = Date.now();
 })();""")
     assert results > 0, "the search page found nothing for 'rotary'"
     assert console_errors(browser) == []
+    screenshot(browser, "search-rotary.png")
 
 
 def test_every_chapter_has_a_deck():
