@@ -28,12 +28,12 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
-from test_notebooks import toc_files
+from test_notebooks import chapters
 
 pytestmark = pytest.mark.clean_env
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = [f for f in toc_files() if (ROOT / f"{f}.ipynb").exists()]
+CHAPTERS = chapters()
 
 
 def clean_python(where: Path) -> Path:

@@ -18,12 +18,17 @@ def toc_files():
     return list(parse_toc_yaml(str(ROOT / "_toc.yml")).keys())
 
 
+def chapters():
+    """The chapters of the book: the documents of _toc.yml that are notebooks, in book order."""
+    return [f for f in toc_files() if (ROOT / f"{f}.ipynb").exists()]
+
+
 def cells(nb):
     return json.loads(nb.read_text())["cells"]
 
 
 def test_notebooks_are_exactly_the_toc_chapters():
-    listed = {f for f in toc_files() if (ROOT / f"{f}.ipynb").exists()}
+    listed = set(chapters())
     on_disk = {p.relative_to(ROOT).with_suffix("").as_posix() for p in NOTEBOOKS}
     assert on_disk == listed
     for f in toc_files():

@@ -23,7 +23,12 @@ from urllib.parse import quote
 import pytest
 import yaml
 
-from test_notebooks import toc_files
+from test_notebooks import chapters
+
+try:
+    from selenium.webdriver.support.wait import WebDriverWait
+except ImportError:  # the browser fixture skips with the reason
+    WebDriverWait = None
 
 pytestmark = pytest.mark.site
 
@@ -31,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
-CHAPTERS = [f for f in toc_files() if (ROOT / f"{f}.ipynb").exists()]
+CHAPTERS = chapters()
 PAGES = sorted(
     p.relative_to(HTML).as_posix()
     for p in HTML.rglob("*.html")
@@ -88,18 +93,12 @@ def browser():
     driver.quit()
 
 
-WAIT_FOR_MATHJAX = """
-const done = arguments[arguments.length - 1];
-const start = Date.now();
-(function wait() {
-  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
-    MathJax.startup.promise.then(() => done(true), (e) => done(String(e)));
-  } else if (Date.now() - start > 20000) {
-    done(false);
-  } else {
-    setTimeout(wait, 100);
-  }
-})();
+# MathJax 3 signals the end of its first typesetting pass by resolving this promise.
+MATHJAX_DONE = """
+if (!(window.MathJax && MathJax.startup && MathJax.startup.promise)) return false;
+if (!window.__mathjaxDone) { window.__mathjaxDone = "waiting";
+  MathJax.startup.promise.then(() => { window.__mathjaxDone = "done"; }, (e) => { window.__mathjaxDone = String(e); }); }
+return window.__mathjaxDone === "waiting" ? false : window.__mathjaxDone;
 """
 
 LOAD_ALL_IMAGES = """
@@ -140,7 +139,8 @@ def check_math(driver, where: str, required: bool = False):
     has_math = driver.execute_script("return document.querySelectorAll('.math, .mathjax_process').length > 0")
     if not (has_math or required):
         return
-    assert driver.execute_async_script(WAIT_FOR_MATHJAX) is True, f"{where}: MathJax did not load"
+    state = WebDriverWait(driver, 20).until(lambda d: d.execute_script(MATHJAX_DONE), f"{where}: MathJax did not load")
+    assert state == "done", f"{where}: MathJax failed: {state}"
     untypeset = driver.execute_script(
         "return Array.from(document.querySelectorAll('.math')).filter(e => !e.querySelector('mjx-container'))"
         ".map(e => e.textContent.slice(0, 80))")
@@ -194,13 +194,9 @@ def test_bibliography_lists_the_references(browser, base_url):
 
 def test_search_works_offline(browser, base_url):
     browser.get(f"{base_url}/search.html?q=rotary")
-    results = browser.execute_async_script("""
-const done = arguments[arguments.length - 1];
-const start = Date.now();
-(function wait() {
-  const n = document.querySelectorAll('#search-results li').length;
-  if (n > 0 || Date.now() - start > 20000) done(n); else setTimeout(wait, 200);
-})();""")
+    results = WebDriverWait(browser, 20).until(
+        lambda d: d.execute_script("return document.querySelectorAll('#search-results li').length"),
+        "the search page found nothing for 'rotary'")
     assert results > 0, "the search page found nothing for 'rotary'"
     assert console_errors(browser) == []
     screenshot(browser, "search-rotary.png")
@@ -214,14 +210,9 @@ def test_every_chapter_has_a_deck():
 @pytest.mark.parametrize("deck", DECKS)
 def test_deck(browser, base_url, deck):
     browser.get(f"{base_url}/{deck}")
-    ready = browser.execute_async_script("""
-const done = arguments[arguments.length - 1];
-const start = Date.now();
-(function wait() {
-  if (window.Reveal && Reveal.isReady && Reveal.isReady()) done(true);
-  else if (Date.now() - start > 20000) done(false); else setTimeout(wait, 100);
-})();""")
-    assert ready, f"{deck}: reveal.js did not start"
+    WebDriverWait(browser, 20).until(
+        lambda d: d.execute_script("return !!(window.Reveal && Reveal.isReady && Reveal.isReady())"),
+        f"{deck}: reveal.js did not start")
     assert browser.execute_script("return Reveal.getTotalSlides()") >= 8
     assert browser.execute_script("return document.querySelectorAll('aside.notes').length") >= 3, "no speaker notes"
     assert browser.execute_script("return document.querySelectorAll('.fragment').length") >= 1, "no fragments"

@@ -13,13 +13,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from test_notebooks import toc_files
+from test_notebooks import chapters
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "book" / "_slides"))
 import posenc_slides  # noqa: E402
 
-CHAPTERS = [f for f in toc_files() if (ROOT / f"{f}.ipynb").exists()]
+CHAPTERS = chapters()
 SLIDE_TYPES = {"slide", "subslide", "fragment", "-", "skip", "notes"}
 
 
