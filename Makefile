@@ -14,12 +14,19 @@ STAMP  := $(VENV)/.installed-$(shell cksum requirements.txt pyproject.toml | cks
 # and a fresh clone starts from nothing.
 export POSENC_CACHE_DIR := $(CURDIR)/.cache/posenc
 export PYTHONHASHSEED := 0
+# Every model the chapters load is trained by `make prepare` (python -m posenc.prepare) before any
+# notebook runs; with this set, a notebook cell that would train instead fails with the reason.
+export POSENC_REQUIRE_CACHED := 1
+# One OpenMP thread per process for everything the build runs: on a 2-core machine that is also
+# running something else, torch's spinning OpenMP threads slow the chapters down many times over
+# (the KV-cache timing cell went from 0.3 s to 10 s). Training runs one process per core instead.
+export OMP_NUM_THREADS := 1
 
 # Browser assets served by the site itself (MathJax 3, reveal.js 4), pinned by package-lock.json.
 VENDOR := book/_vendor
 ASSETS := $(VENDOR)/node_modules/.package-lock.json
 
-.PHONY: book slides test pytest notebooks strict-book site-tests clean-env-tests clean
+.PHONY: book prepare slides test pytest notebooks strict-book site-tests clean-env-tests clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,7 +51,11 @@ $(ASSETS): $(VENDOR)/package.json $(VENDOR)/package-lock.json
 	npm ci --prefix $(VENDOR) --no-audit --no-fund --loglevel=error
 	touch $@
 
-book: $(STAMP) $(ASSETS)
+# Train every model the chapters load, one process per core, each run cached by its configuration.
+prepare: $(STAMP)
+	$(BIN)/python -m posenc.prepare
+
+book: prepare $(ASSETS)
 	$(BIN)/jupyter-book build .
 	$(MAKE) slides
 	@echo "Open _build/html/index.html"
@@ -53,17 +64,17 @@ book: $(STAMP) $(ASSETS)
 slides: $(STAMP) $(ASSETS)
 	$(BIN)/jupyter nbconvert --config book/_slides/nbconvert_config.py
 
-test: pytest notebooks strict-book slides site-tests clean-env-tests
+test: pytest prepare notebooks strict-book slides site-tests clean-env-tests
 
 pytest: $(STAMP)
 	$(BIN)/python -m pytest tests/ -m "not site and not clean_env"
 
-# Two workers on the 2-core CI machine: one OpenMP thread each, or torch's thread pools fight over
-# the cores and training slows down many times over.
-notebooks: $(STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest --nbval-lax --nbval-current-env -n 2 --dist loadfile book/
+# Two workers on the 2-core CI machine, one OpenMP thread each (above); the ten slowest cells are
+# listed at the end (each should take well under a minute: training happened in `prepare`).
+notebooks: prepare
+	$(BIN)/python -m pytest --nbval-lax --nbval-current-env -n 2 --dist loadfile --durations=10 book/
 
-strict-book: $(STAMP) $(ASSETS)
+strict-book: prepare $(ASSETS)
 	$(BIN)/jupyter-book build . -W -n --keep-going
 
 # Every page and deck of _build/html in headless Chromium (tests/test_site.py).
@@ -74,8 +85,8 @@ site-tests: $(STAMP)
 
 # Every chapter copied alone into an empty folder and run by a Python without posenc, so that its
 # install cell must install it — from this checkout (tests/test_clean_env.py).
-clean-env-tests: $(STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests/ -m clean_env -n 2
+clean-env-tests: prepare
+	$(BIN)/python -m pytest tests/ -m clean_env -n 2
 
 clean:
 	rm -rf _build .cache $(VENDOR)/node_modules

@@ -5,7 +5,7 @@ import torch
 
 from posenc.data import Corpus
 from posenc.model import ModelConfig
-from posenc.train import TrainConfig, cache_key, evaluate, perplexity_by_length, train
+from posenc.train import REQUIRE_CACHED_ENV, TrainConfig, cache_key, evaluate, perplexity_by_length, train
 
 SMALL = ModelConfig(scheme="sinusoidal", d_model=16, num_heads=2, num_layers=1)
 QUICK = TrainConfig(seq_len=16, batch_size=4, steps=30, warmup_steps=5)
@@ -21,6 +21,7 @@ def corpus():
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv(REQUIRE_CACHED_ENV, raising=False)  # the Makefile sets it for the build
 
 
 def test_training_learns_and_is_deterministic_on_cpu(corpus):
@@ -132,3 +133,14 @@ def test_cache_key_resolves_scheme_defaults(corpus, monkeypatch):
     assert cache_key(explicit, QUICK, corpus) == key
     monkeypatch.setattr(LearnedScheme.__init__, "__kwdefaults__", {**LearnedScheme.__init__.__kwdefaults__, "init_std": 1.0})
     assert cache_key(learned, QUICK, corpus) != key
+
+
+def test_require_cached_loads_or_refuses_to_train(corpus, monkeypatch):
+    monkeypatch.setenv(REQUIRE_CACHED_ENV, "1")
+    with pytest.raises(RuntimeError, match="book_runs"):
+        train(SMALL, QUICK, corpus, device="cpu", progress=False)
+    monkeypatch.delenv(REQUIRE_CACHED_ENV)
+    first = train(SMALL, QUICK, corpus, device="cpu", progress=False)
+    monkeypatch.setenv(REQUIRE_CACHED_ENV, "1")
+    again = train(SMALL, QUICK, corpus, device="cpu", progress=False)
+    assert again.from_cache and again.key == first.key

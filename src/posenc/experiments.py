@@ -10,10 +10,13 @@ meant for a GPU. Notebooks choose it with one switch::
 
 from __future__ import annotations
 
-from dataclasses import replace
+import json
+from dataclasses import dataclass, replace
 
+from ._checks import check_int
 from .data import Corpus
 from .model import ModelConfig
+from .schemes import available_schemes
 from .train import TrainConfig, TrainResult, perplexity_by_length, train
 
 SCALES = {
@@ -99,6 +102,28 @@ def scaling_methods(train_len: int, factor: float) -> dict[str, dict | None]:
     }
 
 
+def fine_tune_config(result_or_config, *, seq_len: int, scale: str = "small",
+                     **scheme_options) -> tuple[ModelConfig, TrainConfig]:
+    """The model and training configuration of :func:`fine_tune`, from the base run (a
+    :class:`~posenc.train.TrainResult`, or its ``(ModelConfig, TrainConfig)`` pair).
+
+    Raises:
+        ValueError: unknown scale; seq_len not a positive int.
+    """
+    if scale not in FINE_TUNE_STEPS:
+        raise ValueError(f"scale must be one of {', '.join(map(repr, FINE_TUNE_STEPS))}; got {scale!r}")
+    seq_len = check_int("seq_len", seq_len, minimum=1)
+    if isinstance(result_or_config, TrainResult):
+        base_model, base = result_or_config.model.config, result_or_config.train_config
+    else:
+        base_model, base = result_or_config
+    model_cfg = replace(base_model, scheme_options={**base_model.scheme_options, **scheme_options})
+    steps = FINE_TUNE_STEPS[scale]
+    train_cfg = replace(base, seq_len=seq_len, batch_size=max(1, base.batch_size * base.seq_len // seq_len),
+                        steps=steps, lr=base.lr / 3, warmup_steps=steps // 10)
+    return model_cfg, train_cfg
+
+
 def fine_tune(result: TrainResult, corpus: Corpus, *, seq_len: int, scale: str = "small", device=None,
               **scheme_options) -> TrainResult:
     """Continue training ``result``'s model at ``seq_len`` with new scheme options (e.g. a RoPE
@@ -108,13 +133,7 @@ def fine_tune(result: TrainResult, corpus: Corpus, *, seq_len: int, scale: str =
     Raises:
         ValueError: unknown scale; seq_len not a positive int.
     """
-    if scale not in FINE_TUNE_STEPS:
-        raise ValueError(f"scale must be one of {', '.join(map(repr, FINE_TUNE_STEPS))}; got {scale!r}")
-    base = result.train_config
-    model_cfg = replace(result.model.config, scheme_options={**result.model.config.scheme_options, **scheme_options})
-    steps = FINE_TUNE_STEPS[scale]
-    train_cfg = replace(base, seq_len=seq_len, batch_size=max(1, base.batch_size * base.seq_len // seq_len),
-                        steps=steps, lr=base.lr / 3, warmup_steps=steps // 10)
+    model_cfg, train_cfg = fine_tune_config(result, seq_len=seq_len, scale=scale, **scheme_options)
     return train(model_cfg, train_cfg, corpus, device=device, init=result)
 
 
@@ -140,3 +159,69 @@ def perplexity_table(results: dict[str, dict[int, float]], *, train_len: int | N
         cells += [column.get(name, "") for column in extra.values()]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+#: The context-extension chapter extends the RoPE model this many times.
+CONTEXT_FACTOR = 4
+
+
+@dataclass(frozen=True)
+class BookRun:
+    """One training run that a chapter loads: the standard experiment for ``scheme`` with
+    ``options``, or, when ``fine_tune_multiple`` is set, a :func:`fine_tune` of that run at
+    ``fine_tune_multiple`` × the training length with ``fine_tune_options``.
+
+    Options are stored as JSON text so that a run is hashable and picklable (it crosses to the
+    worker processes of :mod:`posenc.prepare`)."""
+
+    scheme: str
+    options: str = "{}"
+    fine_tune_multiple: int | None = None
+    fine_tune_options: str = "{}"
+    label: str = ""
+
+    @classmethod
+    def of(cls, scheme: str, *, label: str = "", fine_tune_multiple: int | None = None,
+           fine_tune_options: dict | None = None, **options) -> "BookRun":
+        return cls(scheme, json.dumps(options, sort_keys=True), fine_tune_multiple,
+                   json.dumps(fine_tune_options or {}, sort_keys=True), label or scheme)
+
+    @property
+    def base(self) -> "BookRun":
+        """The run a fine-tune starts from (itself when it is no fine-tune)."""
+        return BookRun(self.scheme, self.options, label=self.scheme) if self.fine_tune_multiple else self
+
+    def configs(self, scale: str = "small") -> tuple[tuple[ModelConfig, TrainConfig], tuple | None]:
+        """``(base configs, fine-tune configs or None)``."""
+        base = experiment_config(self.scheme, scale=scale, **json.loads(self.options))
+        if self.fine_tune_multiple is None:
+            return base, None
+        tuned = fine_tune_config(base, seq_len=self.fine_tune_multiple * base[1].seq_len, scale=scale,
+                                 **json.loads(self.fine_tune_options))
+        return base, tuned
+
+    def run(self, corpus: Corpus | None = None, *, scale: str = "small", device=None,
+            progress: bool = True) -> TrainResult:
+        """Train it (or load it from the cache)."""
+        (model_cfg, train_cfg), tuned = self.configs(scale)
+        result = train(model_cfg, train_cfg, corpus, device=device, progress=progress)
+        if tuned is None:
+            return result
+        return train(*tuned, corpus, device=device, progress=progress, init=result)
+
+
+def book_runs(scale: str = "small") -> list[BookRun]:
+    """Every training run the chapters load, trained before the notebooks execute by
+    ``python -m posenc.prepare`` (``make book`` and ``make test`` run it first). A notebook cell
+    then only loads weights; under ``POSENC_REQUIRE_CACHED=1`` (set by the Makefile) a run missing
+    from this list is an error instead of a silent training run inside a cell.
+
+    Every registered scheme is trained with its defaults, so a scheme added later joins by itself.
+    """
+    train_len = experiment_config("none", scale=scale)[1].seq_len
+    runs = [BookRun.of(name) for name in available_schemes()]
+    runs.append(BookRun.of("learned", init_std=1.0, label="learned, init std 1.0"))
+    for name, scaling in scaling_methods(train_len, float(CONTEXT_FACTOR)).items():
+        runs.append(BookRun.of("rope", fine_tune_multiple=CONTEXT_FACTOR, fine_tune_options={"scaling": scaling},
+                               label=f"rope fine-tuned ×{CONTEXT_FACTOR}, {name}"))
+    return runs

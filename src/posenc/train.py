@@ -37,6 +37,11 @@ from .model import ModelConfig, TinyLM
 from .schemes import get_scheme_class
 from .utils import get_device, seed_everything
 
+#: When this environment variable is "1", :func:`train` loads from the cache or raises: the book's
+#: build (the Makefile) sets it, so that a notebook cell never trains (``python -m posenc.prepare``
+#: trains every run of :func:`posenc.experiments.book_runs` first).
+REQUIRE_CACHED_ENV = "POSENC_REQUIRE_CACHED"
+
 #: Bump when a change to the training code makes old cached weights wrong.
 CACHE_VERSION = 2
 
@@ -171,6 +176,9 @@ def train(
 
     Returns:
         A :class:`TrainResult` whose model is in eval mode.
+
+    Raises:
+        RuntimeError: the run is not cached while ``POSENC_REQUIRE_CACHED=1``.
     """
     corpus = corpus if corpus is not None else load_stdlib_corpus()
     device = torch.device(device) if device is not None else get_device()
@@ -181,6 +189,12 @@ def train(
         with FileLock(str(path) + ".lock"):  # two processes asking for one config train it once
             if path.exists():
                 return _load(path, model_config, train_config, key, device)
+            if os.environ.get(REQUIRE_CACHED_ENV) == "1":
+                raise RuntimeError(
+                    f"{REQUIRE_CACHED_ENV}=1 and run {key} (scheme {model_config.scheme!r}, options "
+                    f"{model_config.scheme_options}, seq_len {train_config.seq_len}) is not in {cache_dir()}: the "
+                    "build trains every model before the notebooks run; add this run to "
+                    "posenc.experiments.book_runs() and run `python -m posenc.prepare`")
             result = _train(model_config, train_config, corpus, device, key, progress, init)
             tmp = path.with_suffix(".tmp")
             torch.save({"state_dict": {k: v.cpu() for k, v in result.model.state_dict().items()},

@@ -1,0 +1,56 @@
+"""The build's training step: every run a chapter loads is listed, and the step's idea of which runs
+are cached agrees with what training writes (so `make` trains each run once, before the notebooks)."""
+
+import pytest
+import torch
+
+import posenc
+from posenc import experiments, prepare
+from posenc.data import Corpus
+from posenc.experiments import BookRun, book_runs
+from posenc.train import REQUIRE_CACHED_ENV
+
+
+@pytest.fixture()
+def tiny(monkeypatch, tmp_path):
+    """A 'tiny' experiment scale and a private cache, so the real runs' code path runs in seconds."""
+    monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv(REQUIRE_CACHED_ENV, raising=False)
+    monkeypatch.setitem(experiments.SCALES, "tiny", {
+        "model": {"d_model": 16, "num_heads": 2, "num_layers": 1},
+        "train": {"seq_len": 16, "batch_size": 4, "steps": 6, "warmup_steps": 2}})
+    monkeypatch.setitem(experiments.FINE_TUNE_STEPS, "tiny", 3)
+    g = torch.Generator().manual_seed(0)
+    text = torch.randint(97, 101, (8_000,), generator=g, dtype=torch.uint8)
+    return Corpus("toy", text[:6_000], text[6_000:])
+
+
+def test_every_registered_scheme_is_a_book_run():
+    trained = {r.scheme for r in book_runs() if r.fine_tune_multiple is None and r.options == "{}"}
+    assert trained == set(posenc.available_schemes())
+    labels = [r.label for r in book_runs()]
+    assert len(labels) == len(set(labels)), "labels name runs uniquely"
+
+
+def test_a_fine_tune_starts_from_its_base_run():
+    tuned = [r for r in book_runs() if r.fine_tune_multiple]
+    assert tuned and all(r.base in book_runs() for r in tuned)
+    (base_model, base_train), (model_cfg, train_cfg) = tuned[0].configs()
+    assert train_cfg.seq_len == tuned[0].fine_tune_multiple * base_train.seq_len
+    assert model_cfg.d_model == base_model.d_model
+
+
+def test_missing_runs_agree_with_what_training_caches(tiny):
+    base = BookRun.of("rope")
+    tuned = BookRun.of("rope", fine_tune_multiple=2, fine_tune_options={"scaling": None}, label="tuned")
+    assert prepare.missing_runs([base, tuned], tiny, "tiny") == [base, tuned]
+    tuned.run(tiny, scale="tiny", device="cpu", progress=False)  # trains the base run on the way
+    assert prepare.missing_runs([base, tuned], tiny, "tiny") == []
+    assert prepare.run_key(base, tiny, "tiny") != prepare.run_key(tuned, tiny, "tiny")
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="scale"):
+        prepare.prepare(scale="huge")
+    with pytest.raises(ValueError, match="workers"):
+        prepare.prepare(workers=0)
