@@ -119,9 +119,103 @@ def test_deberta_bias_equals_the_paper_loops():
         for i in range(7):
             for j in range(7):
                 c2p = q[0, h, i] @ kr[delta(i, j), h]
-                p2c = k[0, h, j] @ qr[delta(i, j), h]  # δ(j, i) with the index convention of the code
+                # δ(i, j), as in DeBERTa's code and transformers (Eq. 4 writes δ(j, i))
+                p2c = k[0, h, j] @ qr[delta(i, j), h]
                 assert torch.allclose(bias[0, h, i, j], (c2p + p2c) / math.sqrt(3 * 4), atol=1e-5)
     assert scheme.score_scale_factor == 3.0
+
+
+# ---------------------------------------------------------------------------------------
+# DeBERTa's disentangled attention against transformers' DeBERTa-v2 attention
+# ---------------------------------------------------------------------------------------
+
+DEB_D, DEB_H, DEB_SPAN, DEB_MAX = 32, 4, 8, 32
+DEB_T = 70  # > max_position: exact, log-bucketed and clipped offsets all occur
+
+
+def _hf_and_posenc_deberta(share_att_key, causal):
+    """transformers' v2 attention and posenc's DeBERTa scheme with the same weights.
+
+    What has to be aligned, and why (the differences between the two):
+
+    * posenc's projections have no biases; HF's query/key/value and W_{k,r}, W_{q,r} have
+      them: they are set to zero here.
+    * posenc always has separate W_{k,r}, W_{q,r} (DeBERTa v1, ``share_att_key=False``);
+      ``share_att_key=True`` (the released v2/v3 checkpoints) is posenc with
+      W_{k,r} := W_k and W_{q,r} := W_q.
+    * HF's attention returns the heads' context before its output projection: posenc's
+      output projection is set to the identity.
+    * HF takes the relative embeddings from its encoder (after a LayerNorm when
+      ``norm_rel_ebd="layer_norm"``, as in v3): the same table is passed to both.
+    """
+    from transformers import DebertaV2Config
+    from transformers.models.deberta_v2 import modeling_deberta_v2
+
+    torch.manual_seed(0)
+    config = DebertaV2Config(hidden_size=DEB_D, num_attention_heads=DEB_H,
+                             relative_attention=True, position_buckets=DEB_SPAN,
+                             max_relative_positions=DEB_MAX, pos_att_type="p2c|c2p",
+                             share_att_key=share_att_key, hidden_dropout_prob=0.0,
+                             attention_probs_dropout_prob=0.0)
+    hf = modeling_deberta_v2.DisentangledSelfAttention(config).eval()
+    assert hf.pos_ebd_size == DEB_SPAN and hf.share_att_key == share_att_key
+    scheme = build_scheme("deberta", d_model=DEB_D, num_heads=DEB_H, bucket_size=DEB_SPAN,
+                          max_position=DEB_MAX)
+    layer = MultiHeadAttention(DEB_D, DEB_H, scheme, causal=causal).eval()
+    rel_embeddings = torch.randn(2 * DEB_SPAN, DEB_D)
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if name.endswith("bias"):
+                p.zero_()
+        layer.qkv.weight.copy_(torch.cat([hf.query_proj.weight, hf.key_proj.weight,
+                                          hf.value_proj.weight]))
+        layer.proj.weight.copy_(torch.eye(DEB_D))
+        scheme.rel_embeddings.copy_(rel_embeddings)
+        w_kr = hf.key_proj.weight if share_att_key else hf.pos_key_proj.weight
+        w_qr = hf.query_proj.weight if share_att_key else hf.pos_query_proj.weight
+        scheme.pos_key_proj.weight.copy_(w_kr)
+        scheme.pos_query_proj.weight.copy_(w_qr)
+    return hf, layer, rel_embeddings
+
+
+@pytest.mark.parametrize("share_att_key", [False, True])
+def test_deberta_score_terms_match_hugging_face(share_att_key):
+    """c2p + p2c, each divided by √(3·d_h): posenc's score bias is HF's
+    disentangled_attention_bias. HF builds relative positions as query − key from indices;
+    posenc's scheme gets the positions and negates n − m."""
+    hf, layer, rel_embeddings = _hf_and_posenc_deberta(share_att_key, causal=False)
+    g = torch.Generator().manual_seed(1)
+    q, k = (torch.randn(2, DEB_H, DEB_T, DEB_D // DEB_H, generator=g) for _ in range(2))
+    pos = torch.arange(DEB_T)
+    with torch.no_grad():
+        ours = layer.scheme.score_bias(q, k, pos, pos)
+        theirs = hf.disentangled_attention_bias(q.flatten(0, 1), k.flatten(0, 1), None,
+                                                rel_embeddings, 3)
+    torch.testing.assert_close(ours, theirs.view_as(ours), atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("share_att_key", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_deberta_attention_matches_hugging_face(share_att_key, causal):
+    """The whole attention: probabilities and output, on both posenc paths, bidirectional
+    as in DeBERTa and causal (HF given a lower-triangular attention mask). Positions per
+    sequence (offsets 0 and 100) give the same result: the attention is translation
+    invariant, and HF has no absolute position here at all."""
+    hf, layer, rel_embeddings = _hf_and_posenc_deberta(share_att_key, causal)
+    x = torch.randn(2, DEB_T, DEB_D, generator=torch.Generator().manual_seed(2))
+    mask = torch.ones(2, 1, DEB_T, DEB_T, dtype=torch.bool)
+    if causal:
+        mask = mask & torch.ones(DEB_T, DEB_T, dtype=torch.bool).tril()
+    offsets = torch.stack([torch.arange(DEB_T), torch.arange(DEB_T) + 100])
+    with torch.no_grad():
+        context, probs = hf(x, mask, output_attentions=True,
+                            rel_embeddings=rel_embeddings)
+        out, weights = layer(x, torch.arange(DEB_T), impl="reference", need_weights=True)
+        torch.testing.assert_close(weights, probs, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(out, context, atol=2e-6, rtol=1e-5)
+        for positions in (torch.arange(DEB_T), offsets):
+            fast, _ = layer(x, positions, impl="sdpa")
+            torch.testing.assert_close(fast, context, atol=2e-6, rtol=1e-5)
 
 
 @pytest.mark.parametrize("name", RELATIVE)

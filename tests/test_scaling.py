@@ -1,4 +1,5 @@
 import math
+import re
 
 import pytest
 import torch
@@ -154,3 +155,61 @@ def test_bad_sizes_are_named():
         rope_inv_freq(7)
     with pytest.raises(ValueError, match="seq_len"):
         rope_inv_freq(8, scaling={"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 4}, seq_len=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("seq_len", [10, 3000])
+def test_dynamic_takes_a_0d_integer_tensor_as_transformers_passes_it(seq_len, dtype):
+    """transformers' dynamic RoPE calls the init function with
+    seq_len = max(position_ids) + 1, a 0-d tensor; the result is that of the int, and HF's
+    own for the same tensor."""
+    scaling = {"rope_type": "dynamic", "factor": 4.0,
+               "original_max_position_embeddings": 2048}
+    position_ids = torch.arange(seq_len, dtype=dtype)[None]
+    as_tensor = torch.max(position_ids) + 1
+    assert as_tensor.dim() == 0
+    ours = rope_inv_freq(64, 10000.0, scaling, seq_len=as_tensor)
+    assert ours[0].dtype == torch.float32
+    as_int = rope_inv_freq(64, 10000.0, scaling, seq_len=seq_len)
+    torch.testing.assert_close(ours[0], as_int[0], rtol=0, atol=0)
+    assert_parity(ours, hf_inv_freq("dynamic", 64, 10000.0, {"factor": 4.0},
+                                    max_position_embeddings=2048, seq_len=as_tensor))
+    if seq_len > 2048:  # past L the tensor really reaches the formula
+        assert not torch.equal(ours[0], rope_inv_freq(64, 10000.0, scaling)[0])
+
+
+@pytest.mark.parametrize("seq_len, error, message", [
+    (torch.tensor([30]), TypeError, r"0-d integer tensor, got a tensor of shape \(1,\)"),
+    (torch.tensor(30.0), TypeError, "dtype torch.float32"),
+    (torch.tensor(True), TypeError, "dtype torch.bool"),
+    (30.0, TypeError, "got 30.0 of type float"),
+    (True, TypeError, "got True of type bool"),
+    (torch.tensor(0), ValueError, "seq_len must be >= 1, got 0"),
+    (-5, ValueError, "seq_len must be >= 1, got -5"),
+])
+def test_bad_seq_len_is_named(seq_len, error, message):
+    scaling = {"rope_type": "dynamic", "factor": 2.0,
+               "original_max_position_embeddings": 4}
+    with pytest.raises(error, match=message):
+        rope_inv_freq(8, scaling=scaling, seq_len=seq_len)
+
+
+@pytest.mark.parametrize("truncate", ["false", "False", 0, 1, None, 1.0])
+def test_yarn_truncate_must_be_a_bool(truncate):
+    """A string "false" is truthy: taken as a flag it would silently mean True."""
+    scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+               "truncate": truncate}
+    rule = f"truncate must be a bool \\(True or False\\), got {re.escape(repr(truncate))}"
+    with pytest.raises(TypeError, match=rule):
+        rope_inv_freq(32, 10000.0, scaling)
+    with pytest.raises(TypeError, match="truncate must be a bool"):
+        yarn_ramp(32, 10000.0, beta_fast=32, beta_slow=1,
+                  original_max_position_embeddings=64, truncate=truncate)
+
+
+def test_yarn_truncate_false_differs_from_true():
+    scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+    kept = rope_inv_freq(32, 10000.0, {**scaling, "truncate": True})[0]
+    assert torch.equal(kept, rope_inv_freq(32, 10000.0, scaling)[0])  # the default
+    untruncated = rope_inv_freq(32, 10000.0, {**scaling, "truncate": False})[0]
+    assert not torch.equal(kept, untruncated)

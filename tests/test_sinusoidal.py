@@ -63,6 +63,53 @@ def test_parity_with_hugging_face_interleaved():
     assert torch.allclose(sinusoidal_encoding(128, 32), ref, atol=1e-5)
 
 
+def xlm_reference(n_pos, dim, base=10000.0):
+    """XLM's ``create_sinusoidal_embeddings`` (also DistilBERT's), kept in float64: a
+    numpy table of pos / base^(2⌊j/2⌋/d), sin on even and cos on odd features."""
+    j = np.arange(dim)[None, :]
+    angles = np.arange(n_pos)[:, None] / np.power(base, 2 * (j // 2) / dim)
+    return np.where(j % 2 == 0, np.sin(angles), np.cos(angles))
+
+
+@pytest.mark.parametrize("n_pos", [1000, 4096])
+def test_float32_table_is_the_float64_table_rounded_once(device, n_pos):
+    """Every entry within float32 rounding of the float64 reference: relative error at
+    most one float32 epsilon (float32 angles were 5.7e-5 off at position 1000, d = 512)."""
+    ours = sinusoidal_encoding(torch.arange(n_pos, device=device), 512)
+    assert ours.dtype == torch.float32 and ours.device.type == device.type
+    reference = xlm_reference(n_pos, 512)
+    eps = float(np.finfo(np.float32).eps)
+    np.testing.assert_allclose(ours.cpu().double().numpy(), reference, rtol=eps,
+                               atol=1e-11)
+    # so it is also the float32 table of XLM / DistilBERT, which round the float64 one
+    from transformers.models.distilbert import modeling_distilbert
+
+    hf = modeling_distilbert._create_sinusoidal_embeddings(n_pos=n_pos, dim=512,
+                                                           out=torch.empty(n_pos, 512))
+    assert (ours.cpu() - hf).abs().max() <= 2 ** -24
+
+
+def test_float64_tables_and_requested_dtypes(device):
+    positions = torch.arange(0, 3000, 7, device=device)
+    table = sinusoidal_encoding(positions, 64, layout="concatenated", dtype=torch.float64)
+    assert table.dtype == torch.float64
+    theta = 10000.0 ** -(torch.arange(0, 64, 2, dtype=torch.float64) / 64)
+    angles = positions.double().cpu()[:, None] * theta
+    torch.testing.assert_close(table.cpu(), torch.cat((angles.sin(), angles.cos()), -1),
+                               rtol=0, atol=1e-12)
+    half = sinusoidal_encoding(positions, 64, dtype=torch.bfloat16)
+    assert half.dtype == torch.bfloat16
+    assert torch.equal(half, table[..., sinusoidal_perm(64)].to(torch.bfloat16))
+    message = "dtype must be a floating torch.dtype, got torch.int64"
+    with pytest.raises(TypeError, match=message):
+        sinusoidal_encoding(positions, 64, dtype=torch.int64)
+
+
+def sinusoidal_perm(dim):
+    """Concatenated → interleaved feature order."""
+    return torch.argsort(pair_permutation(dim))
+
+
 def test_parity_with_hugging_face_concatenated():
     from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
 

@@ -11,7 +11,7 @@ import math
 import torch
 
 from ._checks import check_int
-from .schemes import PositionalScheme, register_scheme
+from .schemes import PositionalScheme, register_scheme, sequence_positions
 
 
 def _power_of_two_slopes(n: int) -> list[float]:
@@ -43,28 +43,54 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
     return torch.tensor(slopes, dtype=torch.float32)
 
 
-def alibi_bias(q_positions: torch.Tensor, k_positions: torch.Tensor, slopes: torch.Tensor, *,
-               symmetric: bool = False) -> torch.Tensor:
-    """The ALiBi score bias ``−m_h · (m − n)`` (or ``−m_h · |m − n|`` when ``symmetric``).
+def alibi_bias(q_positions: torch.Tensor, k_positions: torch.Tensor,
+               slopes: torch.Tensor, *, symmetric: bool = False) -> torch.Tensor:
+    """The ALiBi score bias ``−m_h · (m − n)``, or ``−m_h · |m − n|`` when
+    ``symmetric``.
 
     Args:
-        q_positions: (T_q,) or (B, 1, T_q). k_positions: (T_k,) or (B, 1, T_k). slopes: (H,).
+        q_positions: query positions m, integer or float: (T_q,) for every sequence
+            alike, or (B, T_q) or (B, 1, T_q) (the attention's form) per sequence.
+        k_positions: key positions n, (T_k,), (B, T_k) or (B, 1, T_k), like q_positions.
+        slopes: (H,) head slopes, e.g. :func:`alibi_slopes`.
         symmetric: the bidirectional variant for encoders.
 
     Returns:
-        float32 (H, T_q, T_k) or (B, H, T_q, T_k). Under a causal mask only n ≤ m matters, where the
-        bias is ≤ 0.
+        float32 (H, T_q, T_k) for 1-D positions, (B, H, T_q, T_k) for batched ones.
+        Under a causal mask only n ≤ m matters, where the bias is ≤ 0.
+
+    Raises:
+        ValueError: positions of any other shape.
+
+    Source: Press et al. 2022, "Train Short, Test Long", §3 (Figure 3).
     """
+    q_positions = sequence_positions(q_positions)  # (T_q,) or (B, T_q)
+    k_positions = sequence_positions(k_positions)
     distance = (q_positions[..., :, None] - k_positions[..., None, :]).float()  # m − n
     if symmetric:
         distance = distance.abs()
+    # (H, 1, 1) · (..., 1, T_q, T_k): the heads go in front of the two position axes
     return -slopes.to(distance.device)[:, None, None] * distance.unsqueeze(-3)
+
+
+def _flex_positions(q_positions, k_positions):
+    """Float positions for a ``score_mod``: (T_q,), (T_k,) when every row is alike (1-D,
+    or a batch of one), else (B, T_q), (B, T_k), indexed ``[b, idx]``."""
+    qp = sequence_positions(q_positions).float()
+    kp = sequence_positions(k_positions).float()
+    if qp.dim() == kp.dim() == 2 and qp.shape[0] == kp.shape[0] == 1:
+        return qp[0], kp[0]
+    if qp.dim() != kp.dim():  # one of them shared: give it the other's batch
+        batch = max(p.shape[0] for p in (qp, kp) if p.dim() == 2)
+        qp, kp = qp.expand(batch, qp.shape[-1]), kp.expand(batch, kp.shape[-1])
+    return qp, kp
 
 
 @register_scheme
 class AlibiScheme(PositionalScheme):
-    """``"alibi"``: add :func:`alibi_bias` to the scores (plug-in point 3). No parameters. Also
-    provides a FlexAttention ``score_mod``, so no T×T bias needs to be stored.
+    """``"alibi"``: add :func:`alibi_bias` to the scores (plug-in point 3). No
+    parameters. Also provides a FlexAttention ``score_mod``, so no T×T bias needs to be
+    stored.
 
     Args:
         d_model, num_heads: model sizes. symmetric: use |m − n| (encoders).
@@ -72,22 +98,35 @@ class AlibiScheme(PositionalScheme):
 
     name = "alibi"
 
-    def __init__(self, *, d_model: int, num_heads: int, symmetric: bool = False) -> None:
+    def __init__(self, *, d_model: int, num_heads: int,
+                 symmetric: bool = False) -> None:
         super().__init__(d_model=d_model, num_heads=num_heads)
         self.symmetric = bool(symmetric)
         self.register_buffer("slopes", alibi_slopes(num_heads), persistent=False)
 
     def score_bias(self, q, k, q_positions, k_positions):
-        return alibi_bias(q_positions, k_positions, self.slopes, symmetric=self.symmetric).to(q.dtype)
+        bias = alibi_bias(q_positions, k_positions, self.slopes,
+                          symmetric=self.symmetric)
+        return bias.to(q.dtype)
 
     def score_mod(self, q_positions, k_positions):
         slopes, symmetric = self.slopes, self.symmetric
-        qp, kp = q_positions.float(), k_positions.float()
+        qp, kp = _flex_positions(q_positions, k_positions)
 
-        def mod(score, b, h, q_idx, kv_idx):
-            distance = qp[q_idx] - kp[kv_idx]
-            if symmetric:
-                distance = distance.abs()
-            return score - slopes[h] * distance
+        if qp.dim() == 1:  # one set of positions for the whole batch
+
+            def mod(score, b, h, q_idx, kv_idx):
+                distance = qp[q_idx] - kp[kv_idx]
+                if symmetric:
+                    distance = distance.abs()
+                return score - slopes[h] * distance
+
+        else:  # positions per sequence: row b of the batch
+
+            def mod(score, b, h, q_idx, kv_idx):
+                distance = qp[b, q_idx] - kp[b, kv_idx]
+                if symmetric:
+                    distance = distance.abs()
+                return score - slopes[h] * distance
 
         return mod

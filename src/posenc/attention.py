@@ -156,6 +156,25 @@ def attention_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, score_m
     return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
 
 
+def _check_bias(bias: torch.Tensor, scores_shape: torch.Size, scheme: str) -> None:
+    """A scheme's score bias must broadcast to the scores (B, H, T_q, T_k) without
+    growing them: a 5-D bias would silently turn the scores into a 5-D tensor.
+
+    Raises:
+        ValueError: naming the scheme, the bias's shape and the scores' shape.
+    """
+    try:
+        fits = torch.broadcast_shapes(bias.shape, scores_shape) == scores_shape
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"scheme {scheme!r} returned a score bias of shape {tuple(bias.shape)}, "
+            f"which does not broadcast to the scores (B, H, T_q, T_k) = "
+            f"{tuple(scores_shape)}"
+        )
+
+
 class LayerKVCache:
     """The keys and values that one attention layer has seen, with their positions.
 
@@ -249,40 +268,52 @@ class MultiHeadAttention(nn.Module):
         Args:
             x: (B, T, d) float.
             positions: (T,) or (B, T) integer or float positions of the tokens.
-            impl: ``"reference"``, ``"sdpa"``, ``"flex"`` (needs a scheme with a ``score_mod``
-                and 1-D positions), or ``"auto"`` (sdpa unless weights are needed).
+            impl: ``"reference"``, ``"sdpa"``, ``"flex"`` (needs a scheme with a
+                ``score_mod`` or without a score bias), or ``"auto"`` (sdpa unless
+                weights are needed).
             need_weights: also return the attention weights (reference path only).
-            cache: keys and values of earlier tokens (:class:`LayerKVCache`); the new ones are
-                appended and attended to with the old. The queries are then the last T of the
-                T_k keys (bottom-right causal mask).
+            cache: keys and values of earlier tokens (:class:`LayerKVCache`); the new
+                ones are appended and attended to with the old. The queries are then the
+                last T of the T_k keys (bottom-right causal mask).
 
         Raises:
-            ValueError: unknown ``impl``; ``impl="sdpa"`` together with ``need_weights`` or with a
-                scheme that needs the weights; positions whose last dimension is not T.
+            ValueError: unknown ``impl``; ``impl="sdpa"`` or ``"flex"`` together with
+                ``need_weights`` or with a scheme that needs the weights;
+                ``impl="flex"`` with a scheme that has a score bias but no
+                ``score_mod``; positions whose last dimension is not T or whose batch
+                is neither 1 nor B; a scheme whose score bias does not broadcast to
+                (B, H, T_q, T_k).
         """
         impl = check_choice("impl", impl, ATTENTION_IMPLS)
         batch, seq_len, _ = x.shape
         if positions.shape[-1] != seq_len or positions.dim() not in (1, 2):
             raise ValueError(
-                f"positions must have shape (T,) or (B, T) with T={seq_len}, got {tuple(positions.shape)}"
+                f"positions must have shape (T,) or (B, T) with T={seq_len}, "
+                f"got {tuple(positions.shape)}"
+            )
+        if positions.dim() == 2 and positions.shape[0] not in (1, batch):
+            raise ValueError(
+                f"positions of shape (B, T) need B = 1 or the batch size {batch}, "
+                f"got {tuple(positions.shape)}"
             )
         wants_weights = need_weights or self.scheme.needs_attention_weights
         if impl == "sdpa" and wants_weights:
             raise ValueError(
-                "impl='sdpa' cannot return attention weights; use impl='reference' or 'auto' "
-                f"(need_weights={need_weights}, scheme {self.scheme.name!r} needs weights: "
-                f"{self.scheme.needs_attention_weights})"
+                "impl='sdpa' cannot return attention weights; use impl='reference' or "
+                f"'auto' (need_weights={need_weights}, scheme {self.scheme.name!r} "
+                f"needs weights: {self.scheme.needs_attention_weights})"
             )
-        if impl == "flex" and (wants_weights or positions.dim() != 1):
+        if impl == "flex" and wants_weights:
             raise ValueError(
-                f"impl='flex' needs 1-D positions and no attention weights (scheme {self.scheme.name!r}, "
-                f"need_weights={need_weights}, positions of shape {tuple(positions.shape)})"
+                f"impl='flex' cannot return attention weights (scheme "
+                f"{self.scheme.name!r}, need_weights={need_weights})"
             )
         use_reference = impl == "reference" or (impl == "auto" and wants_weights)
         scale = 1.0 / math.sqrt(self.scheme.score_scale_factor * self.head_dim)
 
-        q, k, v = self.qkv(x).view(batch, seq_len, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        # attention-level positions broadcast over heads: (T,) stays, (B, T) -> (B, 1, T)
+        qkv = self.qkv(x).view(batch, seq_len, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)
+        # positions broadcast over the heads: (T,) stays, (B, T) becomes (B, 1, T)
         pos = positions if positions.dim() == 1 else positions[:, None, :]
         q, k = self.scheme.transform_qk(q, k, pos, pos)
         k_pos = pos
@@ -292,13 +323,20 @@ class MultiHeadAttention(nn.Module):
         if impl == "flex":
             bias = None
             score_mod = self.scheme.score_mod(pos, k_pos)
-            if score_mod is None and type(self.scheme).score_bias is not PositionalScheme.score_bias:
-                raise ValueError(f"scheme {self.scheme.name!r} has a score bias but no score_mod for impl='flex'")
-            out = attention_flex(q, k, v, score_mod=score_mod, causal=self.causal, scale=scale)
+            has_bias = type(self.scheme).score_bias is not PositionalScheme.score_bias
+            if score_mod is None and has_bias:
+                raise ValueError(f"scheme {self.scheme.name!r} has a score bias but no "
+                                 "score_mod for impl='flex'")
+            out = attention_flex(q, k, v, score_mod=score_mod, causal=self.causal,
+                                 scale=scale)
         else:
             bias = self.scheme.score_bias(q, k, pos, k_pos)
+            if bias is not None:
+                shape = torch.Size((batch, self.num_heads, q.shape[-2], k.shape[-2]))
+                _check_bias(bias, shape, self.scheme.name)
         if use_reference:
-            out, weights = attention_reference(q, k, v, bias=bias, causal=self.causal, scale=scale)
+            out, weights = attention_reference(q, k, v, bias=bias, causal=self.causal,
+                                               scale=scale)
             term = self.scheme.value_term(weights, pos, k_pos)
             if term is not None:
                 out = out + term

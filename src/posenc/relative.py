@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ._checks import check_int
-from .schemes import PositionalScheme, register_scheme
+from .schemes import PositionalScheme, register_scheme, sequence_positions
 from .sinusoidal import sinusoidal_encoding
 
 
@@ -274,9 +274,15 @@ class T5Scheme(PositionalScheme):
         nn.init.normal_(self.bias.weight, std=0.02)
 
     def score_bias(self, q, k, q_positions, k_positions):
-        rel = _pairwise(q_positions, k_positions)
-        bucket = t5_relative_position_bucket(rel, self.bidirectional, self.num_buckets, self.max_distance)
-        return self.bias(bucket).movedim(-1, -3).to(q.dtype)  # (..., H, T_q, T_k)
+        """(H, T_q, T_k) for (T,) positions; (B, H, T_q, T_k) for (B, 1, T) or
+        (B, T)."""
+        # (T_q, T_k) or (B, T_q, T_k): no head axis yet (the table adds one)
+        q_positions = sequence_positions(q_positions)
+        rel = _pairwise(q_positions, sequence_positions(k_positions))
+        bucket = t5_relative_position_bucket(rel, self.bidirectional, self.num_buckets,
+                                             self.max_distance)
+        # the table gives (..., T_q, T_k, H); the heads go in front of the position axes
+        return self.bias(bucket).movedim(-1, -3).to(q.dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -324,14 +330,26 @@ def deberta_log_bucket_position(relative_position: torch.Tensor, bucket_size: in
 
 @register_scheme
 class DebertaScheme(PositionalScheme):
-    """``"deberta"``: disentangled attention (He et al. 2021, "DeBERTa", §3.1, Eqs. 2–4):
+    """``"deberta"``: disentangled attention (He et al. 2021, "DeBERTa", §3.1,
+    Eqs. 2–4):
 
         A_ij = Q^c_i·K^c_j (content→content) + Q^c_i·K^r_{δ(i,j)} (content→position)
-               + K^c_j·Q^r_{δ(j,i)} (position→content),   all divided by √(3·d_h),
+               + K^c_j·Q^r_{δ(i,j)} (position→content),   all divided by √(3·d_h),
 
-    with δ the log-bucketed, clipped relative position in DeBERTa's query − key convention and K^r,
-    Q^r projections of a shared table of 2·bucket_size relative embeddings. The scheme sets
-    ``score_scale_factor = 3`` so that the attention scales the content term by 1/√(3·d_h) too.
+    with δ the log-bucketed, clipped relative position in DeBERTa's query − key
+    convention and K^r, Q^r projections of a shared table of 2·bucket_size relative
+    embeddings. The scheme sets ``score_scale_factor = 3`` so that the attention scales
+    the content term by 1/√(3·d_h) too.
+
+    The position→content term is indexed as in DeBERTa's code and transformers'
+    DeBERTa-v2, with the same δ(i, j) as content→position; the paper's Eq. 4 and
+    Algorithm 1 write δ(j, i).
+
+    Against transformers' ``DisentangledSelfAttention`` (v2; equal to float32 rounding
+    in tests/test_relative.py): no biases in the projections; separate W_{k,r}, W_{q,r}
+    (``share_att_key=False``; the released v2/v3 checkpoints share W_k, W_q), one pair
+    for all layers; no LayerNorm of the relative embeddings; c2p and p2c always both
+    on; causal or not as the attention is; explicit positions; T_q ≠ T_k (a KV cache).
 
     Args:
         d_model, num_heads: model sizes.
@@ -341,7 +359,8 @@ class DebertaScheme(PositionalScheme):
     name = "deberta"
     score_scale_factor = 3.0
 
-    def __init__(self, *, d_model: int, num_heads: int, bucket_size: int = 32, max_position: int = 128) -> None:
+    def __init__(self, *, d_model: int, num_heads: int, bucket_size: int = 32,
+                 max_position: int = 128) -> None:
         super().__init__(d_model=d_model, num_heads=num_heads)
         _check_deberta(bucket_size, max_position)
         self.bucket_size, self.max_position = bucket_size, max_position
@@ -354,13 +373,19 @@ class DebertaScheme(PositionalScheme):
 
     def score_bias(self, q, k, q_positions, k_positions):
         span = self.bucket_size
-        delta = -_pairwise(q_positions, k_positions).long()  # query − key, DeBERTa's convention
+        delta = -_pairwise(q_positions, k_positions).long()  # query − key, as DeBERTa
         bucket = deberta_log_bucket_position(delta, span, self.max_position)
-        index = (bucket + span).clamp(0, 2 * span - 1)
+        index = (bucket + span).clamp(0, 2 * span - 1)  # a row of the 2·span table
         emb = self.rel_embeddings.to(q.dtype)
-        c2p_all = q @ self._heads(self.pos_key_proj(emb)).transpose(-1, -2)  # (B, H, T_q, 2·span)
-        c2p = c2p_all.gather(-1, _expand_index(index, c2p_all.shape[:-1] + (index.shape[-1],)))
-        p2c_all = k @ self._heads(self.pos_query_proj(emb)).transpose(-1, -2)  # (B, H, T_k, 2·span)
-        index_t = index.transpose(-1, -2)  # δ(j, i) = −δ(i, j); the bucketing is odd, see docstring
-        p2c = p2c_all.gather(-1, _expand_index(index_t, p2c_all.shape[:-1] + (index_t.shape[-1],))).transpose(-1, -2)
+        k_r = self._heads(self.pos_key_proj(emb))  # (H, 2·span, d_h)
+        q_r = self._heads(self.pos_query_proj(emb))
+        c2p_all = q @ k_r.transpose(-1, -2)  # (B, H, T_q, 2·span)
+        shape = c2p_all.shape[:-1] + (index.shape[-1],)
+        c2p = c2p_all.gather(-1, _expand_index(index, shape))  # Q^c_i · K^r[δ(i, j)]
+        p2c_all = k @ q_r.transpose(-1, -2)  # (B, H, T_k, 2·span)
+        # gather each key's row along the transposed index, then transpose back:
+        # p2c[i, j] = K_j · Q^r[δ(i, j)], as in DeBERTa's code
+        index_t = index.transpose(-1, -2)
+        shape_t = p2c_all.shape[:-1] + (index_t.shape[-1],)
+        p2c = p2c_all.gather(-1, _expand_index(index_t, shape_t)).transpose(-1, -2)
         return (c2p + p2c) / math.sqrt(self.score_scale_factor * self.head_dim)

@@ -175,6 +175,14 @@ def rope_matrix(position: float, inv_freq: torch.Tensor, *, layout: str = "half"
     return matrix
 
 
+def _row(positions: torch.Tensor, i: int) -> torch.Tensor:
+    """Row i of batched positions (B, ...), or the positions themselves if they are
+    shared (1-D, or B = 1)."""
+    if positions.dim() == 1 or positions.shape[0] == 1:
+        return positions
+    return positions[i : i + 1]
+
+
 @register_scheme
 class RotaryScheme(PositionalScheme):
     """RoPE at plug-in point 2: queries and keys are rotated by their positions before the scores.
@@ -208,11 +216,29 @@ class RotaryScheme(PositionalScheme):
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def transform_qk(self, q, k, q_positions, k_positions):
-        inv_freq, factor = self.inv_freq, self.attention_factor
-        if self.dynamic:  # the frequencies follow the current length max(k_positions) + 1
-            seq_len = int(k_positions.max()) + 1 if k_positions.numel() else 1
-            inv_freq, factor = rope_inv_freq(self.rotary_dim, self.base, self.scaling, seq_len=seq_len)
-        rope = dict(inv_freq=inv_freq.to(q.device), layout=self.layout, attention_factor=factor)
+        """Rotate q (B, H, T_q, d_h) and k (B, H, T_k, d_h) by their positions, (T,) or
+        (B, 1, T)."""
+        if self.dynamic:
+            return self._transform_dynamic(q, k, q_positions, k_positions)
+        rope = dict(inv_freq=self.inv_freq.to(q.device), layout=self.layout,
+                    attention_factor=self.attention_factor)
+        return apply_rope(q, q_positions, **rope), apply_rope(k, k_positions, **rope)
+
+    def _transform_dynamic(self, q, k, q_positions, k_positions):
+        """``"dynamic"`` scaling: the frequencies follow the current length
+        ``max(k_positions) + 1``, taken per sequence for (B, 1, T) positions, so that
+        a row of a batch is rotated as it would be alone (Hugging Face takes one
+        maximum over the batch)."""
+        if k_positions.dim() > 1 and k_positions.shape[0] > 1:
+            rows = [self._transform_dynamic(q[i : i + 1], k[i : i + 1],
+                                            _row(q_positions, i), _row(k_positions, i))
+                    for i in range(q.shape[0])]
+            return torch.cat([qi for qi, _ in rows]), torch.cat([ki for _, ki in rows])
+        seq_len = int(k_positions.max()) + 1 if k_positions.numel() else 1
+        inv_freq, factor = rope_inv_freq(self.rotary_dim, self.base, self.scaling,
+                                         seq_len=seq_len)
+        rope = dict(inv_freq=inv_freq.to(q.device), layout=self.layout,
+                    attention_factor=factor)
         return apply_rope(q, q_positions, **rope), apply_rope(k, k_positions, **rope)
 
     def extra_repr(self) -> str:

@@ -89,13 +89,42 @@ class PositionalScheme(nn.Module):
         return None
 
     def score_mod(self, q_positions: torch.Tensor, k_positions: torch.Tensor):
-        """FlexAttention form of the score bias: a function ``(score, b, h, q_idx, kv_idx) → score``
-        that adds the bias without any T×T tensor, or ``None`` if the scheme has none (then the
-        ``"flex"`` attention path is unavailable). Positions are (T,) here."""
+        """FlexAttention form of the score bias: a function
+        ``(score, b, h, q_idx, kv_idx) → score`` that adds the bias without any T×T
+        tensor, or ``None`` if the scheme has none (then a scheme with a score bias
+        cannot take the ``"flex"`` attention path). Positions are (T,) or (B, 1, T), as
+        for :meth:`score_bias`; with the latter, ``b`` picks the row."""
         return None
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}, d_model={self.d_model}, num_heads={self.num_heads}"
+
+
+def sequence_positions(positions: torch.Tensor) -> torch.Tensor:
+    """Positions as (T,) or (B, T), whichever level they come from.
+
+    The attention hands the plug-in points (B, 1, T) positions, whose singleton axis
+    broadcasts against the heads; a scheme that lays out its own head axis (ALiBi's
+    slopes, T5's per-head table) first drops it with this function, so that (T,) gives a
+    bias (H, T_q, T_k) and (B, T) a bias (B, H, T_q, T_k).
+
+    Args:
+        positions: (T,), (B, T) or (B, 1, T), integer or float.
+
+    Returns:
+        The same values, (T,) or (B, T) (a view, no copy).
+
+    Raises:
+        ValueError: any other shape (the message gives it).
+    """
+    if positions.dim() == 3 and positions.shape[1] == 1:
+        return positions[:, 0]
+    if positions.dim() in (1, 2):
+        return positions
+    raise ValueError(
+        f"positions must have shape (T,), (B, T) or (B, 1, T), "
+        f"got {tuple(positions.shape)}"
+    )
 
 
 def register_scheme(cls: type[PositionalScheme]) -> type[PositionalScheme]:

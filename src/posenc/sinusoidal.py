@@ -17,28 +17,34 @@ SINUSOIDAL_LAYOUTS = ("interleaved", "concatenated")
 
 
 def compute_inv_freq(
-    dim: int, base: float = 10000.0, *, device: torch.device | str | None = None
+    dim: int, base: float = 10000.0, *, device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """The inverse frequencies θ_i = base^(−2i/dim), i = 0 … dim/2 − 1, computed in log space.
+    """The inverse frequencies θ_i = base^(−2i/dim), i = 0 … dim/2 − 1, computed in log
+    space.
 
-    ``exp(−(2i/dim)·ln base)`` turns a linear ramp into the geometric sequence of frequencies
-    without forming ``base**x`` itself, which overflows in float16 for large bases (base 500000
-    of Llama 3 exceeds float16's maximum of 65504). It is evaluated in float64 on the CPU and rounded
-    once to float32, so each θ_i is the float32 number nearest the exact value (a float32 evaluation
-    of the log form is off by up to ~7·10⁻⁷ relative, which becomes ~10⁻³ rad of angle at position
-    1000). The result is float32 on ``device``.
+    ``exp(−(2i/dim)·ln base)`` turns a linear ramp into the geometric sequence of
+    frequencies without forming ``base**x`` itself, which overflows in float16 for
+    large bases (base 500000 of Llama 3 exceeds float16's maximum of 65504). It is
+    evaluated in float64 on the CPU and rounded once to ``dtype``, so each θ_i is the
+    ``dtype`` number nearest the exact value (a float32 evaluation of the log form is
+    off by up to ~7·10⁻⁷ relative, which becomes ~10⁻³ rad of angle at position 1000).
 
     Args:
-        dim: even number of features (d for sinusoidal tables, the rotated width for RoPE).
+        dim: even number of features (d for sinusoidal tables, the rotated width for
+            RoPE).
         base: the frequency base b, finite and > 0.
         device: where to create the tensor.
+        dtype: float32 (the default: RoPE's frequencies, as in Hugging Face) or float64
+            (the sinusoidal tables, see :func:`sinusoidal_encoding`).
 
     Returns:
-        float32 tensor ``(dim // 2,)``, decreasing from 1 to base^(−(dim−2)/dim) (radians per
-        position).
+        ``dtype`` tensor ``(dim // 2,)``, decreasing from 1 to base^(−(dim−2)/dim)
+        (radians per position), on ``device``.
 
     Raises:
-        ValueError: if ``dim`` is not a positive even integer or ``base`` is not finite and > 0.
+        ValueError: if ``dim`` is not a positive even integer or ``base`` is not finite
+            and > 0.
 
     Source: Vaswani et al. 2017, §3.5; the log-space form follows tensor2tensor's
     ``get_timing_signal_1d``.
@@ -46,7 +52,7 @@ def compute_inv_freq(
     dim = check_even_dim("dim", dim)
     base = check_base(base)
     exponents = torch.arange(0, dim, 2, dtype=torch.float64) / dim
-    return torch.exp(exponents * -math.log(base)).to(device=device, dtype=torch.float32)
+    return torch.exp(exponents * -math.log(base)).to(device=device, dtype=dtype)
 
 
 def sinusoidal_encoding(
@@ -54,41 +60,58 @@ def sinusoidal_encoding(
     dim: int,
     base: float = 10000.0,
     layout: str = "interleaved",
+    *,
+    dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """The sinusoidal position encoding of each position.
 
+    The frequencies, angles, sines and cosines are computed in float64 and the finished
+    table is rounded once to ``dtype``, so that every entry is the ``dtype`` number
+    nearest the exact value (a float32 angle pos·θ_i is off by up to pos·2⁻²⁴ rad:
+    6·10⁻⁵ at position 1000). On MPS, which has no float64, they are computed in
+    float32.
+
     Args:
-        positions: an int ``T`` (meaning positions 0 … T−1), or a tensor of integer or float
-            positions of any shape ``(...)``, e.g. ``(T,)`` or ``(B, T)``.
+        positions: an int ``T`` (meaning positions 0 … T−1), or a tensor of integer or
+            float positions of any shape ``(...)``, e.g. ``(T,)`` or ``(B, T)``.
         dim: even encoding width d.
         base: the frequency base b (10000 in the paper), finite and > 0.
-        layout: ``"interleaved"`` — sin on even and cos on odd features, as in the paper — or
-            ``"concatenated"`` — ``[sin | cos]``, as in tensor2tensor and Marian. The two differ by
-            :func:`posenc.layout.pair_permutation`.
+        layout: ``"interleaved"`` — sin on even and cos on odd features, as in the
+            paper — or ``"concatenated"`` — ``[sin | cos]``, as in tensor2tensor and
+            Marian. The two differ by :func:`posenc.layout.pair_permutation`.
+        dtype: floating dtype of the result (float32 by default).
 
     Returns:
-        float32 tensor ``(..., dim)`` (``(T, dim)`` for an int ``T``) on the positions' device.
-        Angles are computed in float32.
+        ``dtype`` tensor ``(..., dim)`` (``(T, dim)`` for an int ``T``) on the
+        positions' device.
 
     Raises:
-        TypeError: if ``positions`` is neither an int nor a real tensor.
-        ValueError: for a negative T, non-finite positions, an odd or non-positive ``dim``, a base
-            that is not finite and > 0, or an unknown ``layout``.
+        TypeError: if ``positions`` is neither an int nor a real tensor, or ``dtype`` is
+            not a floating torch dtype.
+        ValueError: for a negative T, non-finite positions, an odd or non-positive
+            ``dim``, a base that is not finite and > 0, or an unknown ``layout``.
 
-    Source: Vaswani et al. 2017, "Attention Is All You Need", §3.5.
+    Source: Vaswani et al. 2017, "Attention Is All You Need", §3.5; float64 tables as
+    XLM's ``create_sinusoidal_embeddings`` (Lample & Conneau 2019).
     """
     positions = as_positions(positions)
     layout = check_choice("layout", layout, SINUSOIDAL_LAYOUTS)
-    inv_freq = compute_inv_freq(dim, base, device=positions.device)
-    angles = positions.to(torch.float32)[..., None] * inv_freq  # (..., dim/2)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    work = torch.float32 if positions.device.type == "mps" else torch.float64
+    inv_freq = compute_inv_freq(dim, base, device=positions.device, dtype=work)
+    angles = positions.to(work)[..., None] * inv_freq  # (..., dim/2)
     if layout == "interleaved":
-        return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)
-    return torch.cat((angles.sin(), angles.cos()), dim=-1)
+        table = torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)
+    else:
+        table = torch.cat((angles.sin(), angles.cos()), dim=-1)
+    return table.to(dtype)
 
 
 @register_scheme
 class SinusoidalScheme(PositionalScheme):
-    """``"sinusoidal"``: add :func:`sinusoidal_encoding` to the token embeddings (plug-in point 1).
+    """``"sinusoidal"``: add :func:`sinusoidal_encoding` to the token embeddings
+    (plug-in point 1).
 
     No parameters; any length, including lengths never seen in training.
 
@@ -107,5 +130,5 @@ class SinusoidalScheme(PositionalScheme):
         self.layout = check_choice("layout", layout, SINUSOIDAL_LAYOUTS)
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        pe = sinusoidal_encoding(positions, self.d_model, self.base, self.layout)
-        return x + pe.to(x.dtype)
+        return x + sinusoidal_encoding(positions, self.d_model, self.base, self.layout,
+                                       dtype=x.dtype)
