@@ -1,9 +1,10 @@
 """The book's standard extrapolation experiment, shared by every chapter.
 
-Every chapter trains the tiny LM with *the same* configuration and only the scheme changes, so the
-trained weights are cached once (:mod:`posenc.train`) and chapters can be compared. The only knob
-is ``scale``: ``"small"`` runs in about half a minute per scheme on a 2-core CPU, ``"large"`` is
-meant for a GPU. Notebooks choose it with one switch::
+Every chapter trains the tiny LM with *the same* configuration and only the scheme
+changes, so the trained weights are cached once (:mod:`posenc.train`) and chapters can
+be compared. The only knob is ``scale``: ``"small"`` runs in about half a minute per
+scheme on a 2-core CPU, ``"large"`` is meant for a GPU. Notebooks choose it with one
+switch::
 
     SCALE = "large" if posenc.get_device().type == "cuda" else "small"
 """
@@ -20,10 +21,20 @@ from .schemes import available_schemes
 from .train import TrainConfig, TrainResult, perplexity_by_length, train
 
 SCALES = {
-    "small": {"model": {"d_model": 64, "num_heads": 4, "num_layers": 2},
-              "train": {"seq_len": 64, "batch_size": 32, "steps": 1000}},
-    "large": {"model": {"d_model": 256, "num_heads": 8, "num_layers": 4},
-              "train": {"seq_len": 256, "batch_size": 64, "steps": 3000, "lr": 1e-3, "warmup_steps": 200}},
+    "small": {
+        "model": {"d_model": 64, "num_heads": 4, "num_layers": 2},
+        "train": {"seq_len": 64, "batch_size": 32, "steps": 1000},
+    },
+    "large": {
+        "model": {"d_model": 256, "num_heads": 8, "num_layers": 4},
+        "train": {
+            "seq_len": 256,
+            "batch_size": 64,
+            "steps": 3000,
+            "lr": 1e-3,
+            "warmup_steps": 200,
+        },
+    },
 }
 #: Evaluation lengths, as multiples of the training length.
 LENGTH_MULTIPLES = (1, 2, 4, 8)
@@ -33,7 +44,9 @@ LEARNED_TABLE_MULTIPLE = 4
 EVAL_TOKENS = 32768
 
 
-def experiment_config(scheme: str, *, scale: str = "small", **scheme_options) -> tuple[ModelConfig, TrainConfig]:
+def experiment_config(
+    scheme: str, *, scale: str = "small", **scheme_options
+) -> tuple[ModelConfig, TrainConfig]:
     """The model and training configuration of the standard experiment for ``scheme``.
 
     Args:
@@ -46,50 +59,66 @@ def experiment_config(scheme: str, *, scale: str = "small", **scheme_options) ->
         ValueError: unknown scale or scheme.
     """
     if scale not in SCALES:
-        raise ValueError(f"scale must be one of {', '.join(map(repr, SCALES))}; got {scale!r}")
+        raise ValueError(
+            f"scale must be one of {', '.join(map(repr, SCALES))}; got {scale!r}"
+        )
     sizes = SCALES[scale]
     train_cfg = TrainConfig(**sizes["train"])
     if scheme == "learned":
         scheme_options.setdefault("max_len", LEARNED_TABLE_MULTIPLE * train_cfg.seq_len)
-    model_cfg = ModelConfig(scheme=scheme, scheme_options=scheme_options, **sizes["model"])
+    model_cfg = ModelConfig(
+        scheme=scheme, scheme_options=scheme_options, **sizes["model"]
+    )
     return model_cfg, train_cfg
 
 
-def train_scheme(scheme: str, corpus: Corpus | None = None, *, scale: str = "small", device=None,
-                 **scheme_options) -> TrainResult:
+def train_scheme(
+    scheme: str,
+    corpus: Corpus | None = None,
+    *,
+    scale: str = "small",
+    device=None,
+    **scheme_options,
+) -> TrainResult:
     """Train (or load from the cache) the standard model for ``scheme``."""
     model_cfg, train_cfg = experiment_config(scheme, scale=scale, **scheme_options)
     return train(model_cfg, train_cfg, corpus, device=device)
 
 
-def extrapolation(result: TrainResult, corpus: Corpus, *, multiples=LENGTH_MULTIPLES, model=None) -> dict[int, float]:
-    """``{evaluation length: validation perplexity}`` at the given multiples of the training length,
-    all scored on the same first :data:`EVAL_TOKENS` validation bytes
+def extrapolation(
+    result: TrainResult, corpus: Corpus, *, multiples=LENGTH_MULTIPLES, model=None
+) -> dict[int, float]:
+    """``{evaluation length: validation perplexity}`` at the given multiples of the
+    training length, all scored on the same first :data:`EVAL_TOKENS` validation bytes
     (:func:`posenc.train.perplexity_by_length`).
 
-    Lengths past a scheme's ``max_positions`` (the end of a learned table) cannot be processed at
-    all and are left out of the result; :func:`perplexity_table` marks them "cannot run".
+    Lengths past a scheme's ``max_positions`` (the end of a learned table) cannot be
+    processed at all and are left out of the result; :func:`perplexity_table` marks them
+    "cannot run".
 
-    ``model`` replaces ``result.model`` for the scoring (e.g. the same weights with a RoPE scaling,
-    :meth:`posenc.model.TinyLM.with_scheme_options`); the lengths stay multiples of the training
-    length of ``result``.
+    ``model`` replaces ``result.model`` for the scoring (e.g. the same weights with a
+    RoPE scaling, :meth:`posenc.model.TinyLM.with_scheme_options`); the lengths stay
+    multiples of the training length of ``result``.
     """
     model = result.model if model is None else model
     train_len = result.train_config.seq_len
     limit = model.scheme.max_positions
-    lengths = [k * train_len for k in multiples if limit is None or k * train_len <= limit]
+    lengths = [
+        k * train_len for k in multiples if limit is None or k * train_len <= limit
+    ]
     return perplexity_by_length(model, corpus.val, lengths, max_tokens=EVAL_TOKENS)
 
 
-#: Fine-tuning at a longer length (context extension): steps per scale. Tokens per step stay those of
-#: the base training (batch size shrinks as the length grows).
+#: Fine-tuning at a longer length (context extension): steps per scale. Tokens per step
+#: stay those of the base training (batch size shrinks as the length grows).
 FINE_TUNE_STEPS = {"small": 150, "large": 300}
 
 
 def scaling_methods(train_len: int, factor: float) -> dict[str, dict | None]:
-    """The context-extension methods the book compares, as ``scaling`` dicts for the "rope" scheme
-    of a model trained at ``train_len`` and extended ``factor`` times (see :mod:`posenc.scaling`).
-    Llama 3's low/high frequency factors are Meta's (1 and 4)."""
+    """The context-extension methods the book compares, as ``scaling`` dicts for the
+    "rope" scheme of a model trained at ``train_len`` and extended ``factor`` times (see
+    :mod:`posenc.scaling`). Llama 3's low/high frequency factors are Meta's (1 and
+    4)."""
     original = {"original_max_position_embeddings": train_len}
     return {
         "plain RoPE": None,
@@ -97,13 +126,19 @@ def scaling_methods(train_len: int, factor: float) -> dict[str, dict | None]:
         "NTK-aware": {"rope_type": "ntk", "factor": factor},
         "dynamic NTK": {"rope_type": "dynamic", "factor": factor, **original},
         "YaRN": {"rope_type": "yarn", "factor": factor, **original},
-        "Llama 3": {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                    **original},
+        "Llama 3": {
+            "rope_type": "llama3",
+            "factor": factor,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            **original,
+        },
     }
 
 
-def fine_tune_config(result_or_config, *, seq_len: int, scale: str = "small",
-                     **scheme_options) -> tuple[ModelConfig, TrainConfig]:
+def fine_tune_config(
+    result_or_config, *, seq_len: int, scale: str = "small", **scheme_options
+) -> tuple[ModelConfig, TrainConfig]:
     """The model and training configuration of :func:`fine_tune`, from the base run (a
     :class:`~posenc.train.TrainResult`, or its ``(ModelConfig, TrainConfig)`` pair).
 
@@ -111,39 +146,63 @@ def fine_tune_config(result_or_config, *, seq_len: int, scale: str = "small",
         ValueError: unknown scale; seq_len not a positive int.
     """
     if scale not in FINE_TUNE_STEPS:
-        raise ValueError(f"scale must be one of {', '.join(map(repr, FINE_TUNE_STEPS))}; got {scale!r}")
+        raise ValueError(
+            f"scale must be one of {', '.join(map(repr, FINE_TUNE_STEPS))}; got "
+            f"{scale!r}"
+        )
     seq_len = check_int("seq_len", seq_len, minimum=1)
     if isinstance(result_or_config, TrainResult):
         base_model, base = result_or_config.model.config, result_or_config.train_config
     else:
         base_model, base = result_or_config
-    model_cfg = replace(base_model, scheme_options={**base_model.scheme_options, **scheme_options})
+    model_cfg = replace(
+        base_model, scheme_options={**base_model.scheme_options, **scheme_options}
+    )
     steps = FINE_TUNE_STEPS[scale]
-    train_cfg = replace(base, seq_len=seq_len, batch_size=max(1, base.batch_size * base.seq_len // seq_len),
-                        steps=steps, lr=base.lr / 3, warmup_steps=steps // 10)
+    train_cfg = replace(
+        base,
+        seq_len=seq_len,
+        batch_size=max(1, base.batch_size * base.seq_len // seq_len),
+        steps=steps,
+        lr=base.lr / 3,
+        warmup_steps=steps // 10,
+    )
     return model_cfg, train_cfg
 
 
-def fine_tune(result: TrainResult, corpus: Corpus, *, seq_len: int, scale: str = "small", device=None,
-              **scheme_options) -> TrainResult:
-    """Continue training ``result``'s model at ``seq_len`` with new scheme options (e.g. a RoPE
-    ``scaling``) for :data:`FINE_TUNE_STEPS` steps, at a third of the base learning rate, with the
-    base run's tokens per step; cached like every training run.
+def fine_tune(
+    result: TrainResult,
+    corpus: Corpus,
+    *,
+    seq_len: int,
+    scale: str = "small",
+    device=None,
+    **scheme_options,
+) -> TrainResult:
+    """Continue training ``result``'s model at ``seq_len`` with new scheme options (e.g.
+    a RoPE ``scaling``) for :data:`FINE_TUNE_STEPS` steps, at a third of the base
+    learning rate, with the base run's tokens per step; cached like every training run.
 
     Raises:
         ValueError: unknown scale; seq_len not a positive int.
     """
-    model_cfg, train_cfg = fine_tune_config(result, seq_len=seq_len, scale=scale, **scheme_options)
+    model_cfg, train_cfg = fine_tune_config(
+        result, seq_len=seq_len, scale=scale, **scheme_options
+    )
     return train(model_cfg, train_cfg, corpus, device=device, init=result)
 
 
-def perplexity_table(results: dict[str, dict[int, float]], *, train_len: int | None = None,
-                     extra: dict[str, dict[str, str]] | None = None) -> str:
+def perplexity_table(
+    results: dict[str, dict[int, float]],
+    *,
+    train_len: int | None = None,
+    extra: dict[str, dict[str, str]] | None = None,
+) -> str:
     """A Markdown table of ``{scheme: {length: perplexity}}``, one row per scheme.
 
     Args:
-        results: as returned by :func:`extrapolation`; a length missing for a scheme shows as
-            "cannot run".
+        results: as returned by :func:`extrapolation`; a length missing for a scheme
+            shows as "cannot run".
         train_len: if given, headers also name the multiple of the training length.
         extra: optional further columns, ``{column title: {scheme: cell text}}``.
 
@@ -152,8 +211,15 @@ def perplexity_table(results: dict[str, dict[int, float]], *, train_len: int | N
     """
     extra = extra or {}
     lengths = sorted({n for by_len in results.values() for n in by_len})
-    heads = [f"T = {n}" + (f" ({n // train_len}×)" if train_len and n % train_len == 0 else "") for n in lengths]
-    lines = ["| scheme | " + " | ".join(heads + list(extra)) + " |", "|---" * (len(heads) + len(extra) + 1) + "|"]
+    heads = [
+        f"T = {n}"
+        + (f" ({n // train_len}×)" if train_len and n % train_len == 0 else "")
+        for n in lengths
+    ]
+    lines = [
+        "| scheme | " + " | ".join(heads + list(extra)) + " |",
+        "|---" * (len(heads) + len(extra) + 1) + "|",
+    ]
     for name, by_len in results.items():
         cells = [f"{by_len[n]:.2f}" if n in by_len else "cannot run" for n in lengths]
         cells += [column.get(name, "") for column in extra.values()]
@@ -167,12 +233,12 @@ CONTEXT_FACTOR = 4
 
 @dataclass(frozen=True)
 class BookRun:
-    """One training run that a chapter loads: the standard experiment for ``scheme`` with
-    ``options``, or, when ``fine_tune_multiple`` is set, a :func:`fine_tune` of that run at
-    ``fine_tune_multiple`` × the training length with ``fine_tune_options``.
+    """One training run that a chapter loads: the standard experiment for ``scheme``
+    with ``options``, or, when ``fine_tune_multiple`` is set, a :func:`fine_tune` of
+    that run at ``fine_tune_multiple`` × the training length with ``fine_tune_options``.
 
-    Options are stored as JSON text so that a run is hashable and picklable (it crosses to the
-    worker processes of :mod:`posenc.prepare`)."""
+    Options are stored as JSON text so that a run is hashable and picklable (it crosses
+    to the worker processes of :mod:`posenc.prepare`)."""
 
     scheme: str
     options: str = "{}"
@@ -181,27 +247,55 @@ class BookRun:
     label: str = ""
 
     @classmethod
-    def of(cls, scheme: str, *, label: str = "", fine_tune_multiple: int | None = None,
-           fine_tune_options: dict | None = None, **options) -> "BookRun":
-        return cls(scheme, json.dumps(options, sort_keys=True), fine_tune_multiple,
-                   json.dumps(fine_tune_options or {}, sort_keys=True), label or scheme)
+    def of(
+        cls,
+        scheme: str,
+        *,
+        label: str = "",
+        fine_tune_multiple: int | None = None,
+        fine_tune_options: dict | None = None,
+        **options,
+    ) -> "BookRun":
+        return cls(
+            scheme,
+            json.dumps(options, sort_keys=True),
+            fine_tune_multiple,
+            json.dumps(fine_tune_options or {}, sort_keys=True),
+            label or scheme,
+        )
 
     @property
     def base(self) -> "BookRun":
         """The run a fine-tune starts from (itself when it is no fine-tune)."""
-        return BookRun(self.scheme, self.options, label=self.scheme) if self.fine_tune_multiple else self
+        return (
+            BookRun(self.scheme, self.options, label=self.scheme)
+            if self.fine_tune_multiple
+            else self
+        )
 
-    def configs(self, scale: str = "small") -> tuple[tuple[ModelConfig, TrainConfig], tuple | None]:
+    def configs(
+        self, scale: str = "small"
+    ) -> tuple[tuple[ModelConfig, TrainConfig], tuple | None]:
         """``(base configs, fine-tune configs or None)``."""
         base = experiment_config(self.scheme, scale=scale, **json.loads(self.options))
         if self.fine_tune_multiple is None:
             return base, None
-        tuned = fine_tune_config(base, seq_len=self.fine_tune_multiple * base[1].seq_len, scale=scale,
-                                 **json.loads(self.fine_tune_options))
+        tuned = fine_tune_config(
+            base,
+            seq_len=self.fine_tune_multiple * base[1].seq_len,
+            scale=scale,
+            **json.loads(self.fine_tune_options),
+        )
         return base, tuned
 
-    def run(self, corpus: Corpus | None = None, *, scale: str = "small", device=None,
-            progress: bool = True) -> TrainResult:
+    def run(
+        self,
+        corpus: Corpus | None = None,
+        *,
+        scale: str = "small",
+        device=None,
+        progress: bool = True,
+    ) -> TrainResult:
         """Train it (or load it from the cache)."""
         (model_cfg, train_cfg), tuned = self.configs(scale)
         result = train(model_cfg, train_cfg, corpus, device=device, progress=progress)
@@ -212,16 +306,30 @@ class BookRun:
 
 def book_runs(scale: str = "small") -> list[BookRun]:
     """Every training run the chapters load, trained before the notebooks execute by
-    ``python -m posenc.prepare`` (``make book`` and ``make test`` run it first). A notebook cell
-    then only loads weights; under ``POSENC_REQUIRE_CACHED=1`` (set by the Makefile) a run missing
-    from this list is an error instead of a silent training run inside a cell.
+    ``python -m posenc.prepare`` (``make book`` and ``make test`` run it first). A
+    notebook cell then only loads weights; under ``POSENC_REQUIRE_CACHED=1`` (set by the
+    Makefile) a run missing from this list is an error instead of a silent training run
+    inside a cell.
 
-    Every registered scheme is trained with its defaults, so a scheme added later joins by itself.
+    Every registered scheme is trained with its defaults, so a scheme added later joins
+    by itself.
     """
     train_len = experiment_config("none", scale=scale)[1].seq_len
     runs = [BookRun.of(name) for name in available_schemes()]
     runs.append(BookRun.of("learned", init_std=1.0, label="learned, init std 1.0"))
+    # T5's and DeBERTa's bucket ranges no larger than the training length (every bucket
+    # trained), beside their defaults (128 > 2L leaves the outer buckets untrained)
+    runs.append(BookRun.of("t5", max_distance=train_len, label="t5, max_distance = L"))
+    runs.append(
+        BookRun.of("deberta", max_position=train_len, label="deberta, max_position = L")
+    )
     for name, scaling in scaling_methods(train_len, float(CONTEXT_FACTOR)).items():
-        runs.append(BookRun.of("rope", fine_tune_multiple=CONTEXT_FACTOR, fine_tune_options={"scaling": scaling},
-                               label=f"rope fine-tuned ×{CONTEXT_FACTOR}, {name}"))
+        runs.append(
+            BookRun.of(
+                "rope",
+                fine_tune_multiple=CONTEXT_FACTOR,
+                fine_tune_options={"scaling": scaling},
+                label=f"rope fine-tuned ×{CONTEXT_FACTOR}, {name}",
+            )
+        )
     return runs
