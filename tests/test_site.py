@@ -186,6 +186,25 @@ def test_chapter_buttons_number_and_notebook(browser, base_url, chapter):
     assert number and number.strip().rstrip(".").isdigit(), f"{chapter}: chapter heading has no number ({number!r})"
 
 
+CODE_OVERFLOW = """
+return Array.from(document.querySelectorAll('div.highlight-python pre'))
+  .filter(p => p.scrollWidth > p.clientWidth + 1)
+  .map(p => [p.textContent.split('\\n').reduce((a, b) => a.length >= b.length ? a : b, ''),
+             p.clientWidth, p.scrollWidth]);
+"""
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_package_source_fits_the_column(browser, base_url, chapter):
+    """The package's code shown with literalinclude is read whole, with no horizontal scroll bar
+    hiding its right end, in a 1280 px wide window (book/_assets/posenc.css and the 88-character
+    lines of tests/test_hygiene.py)."""
+    browser.get(f"{base_url}/{chapter}.html")
+    assert browser.execute_script("return window.innerWidth") == 1280
+    overflowing = browser.execute_script(CODE_OVERFLOW)
+    assert overflowing == [], f"{chapter}: code blocks cut at the right edge (longest line, width, needed): {overflowing[:3]}"
+
+
 def test_bibliography_lists_the_references(browser, base_url):
     browser.get(f"{base_url}/book/bibliography.html")
     entries = browser.execute_script("return document.querySelectorAll('.citation, div.citation, dl.citation > dt').length")

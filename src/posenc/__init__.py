@@ -4,7 +4,17 @@ The package behind the posenc book. Every scheme is registered by name; see
 :func:`available_schemes`.
 """
 
-from . import alibi, layout, learned, relative, rope, scaling, schemes, sinusoidal  # noqa: F401  (registers the schemes)
+# importing the scheme modules registers the schemes
+from . import (  # noqa: F401
+    alibi,
+    layout,
+    learned,
+    relative,
+    rope,
+    scaling,
+    schemes,
+    sinusoidal,
+)
 from .schemes import PositionalScheme, available_schemes, build_scheme, register_scheme
 from .utils import get_device, seed_everything
 

@@ -1,7 +1,9 @@
-"""ALiBi: attention with linear biases (Press et al. 2022, "Train Short, Test Long", §3).
+"""ALiBi: attention with linear biases (Press et al. 2022, "Train Short, Test Long",
+§3).
 
-No position vectors at all: each head h adds ``−m_h · (m − n)`` to the score of query position m
-and key position n ≤ m, a penalty linear in the distance with a head-specific slope m_h.
+No position vectors at all: each head h adds ``−m_h · (m − n)`` to the score of query
+position m and key position n ≤ m, a penalty linear in the distance with a head-specific
+slope m_h.
 """
 
 from __future__ import annotations
@@ -15,16 +17,20 @@ from .schemes import PositionalScheme, register_scheme, sequence_positions
 
 
 def _power_of_two_slopes(n: int) -> list[float]:
-    start = 2.0 ** (-8.0 / n)  # 2^(-8/n): the geometric sequence 2^(-8/n), 2^(-16/n), ..., 2^(-8)
+    start = 2.0 ** (
+        -8.0 / n
+    )  # 2^(-8/n): the geometric sequence 2^(-8/n), 2^(-16/n), ..., 2^(-8)
     return [start ** (i + 1) for i in range(n)]
 
 
 def alibi_slopes(num_heads: int) -> torch.Tensor:
     """The head slopes m_1 … m_H of ALiBi (Press et al. 2022, §3).
 
-    For H a power of two, the geometric sequence starting at 2^(−8/H) with that same ratio:
-    for H = 8, 1/2, 1/4, …, 1/256. For other H, the paper's rule: the slopes of the closest smaller
-    power of two, P, followed by every other slope of 2P (its odd-indexed ones), until there are H.
+    For H a power of two, the geometric sequence starting at 2^(−8/H) with that same
+    ratio:
+    for H = 8, 1/2, 1/4, …, 1/256. For other H, the paper's rule: the slopes of the
+    closest smaller power of two, P, followed by every other slope of 2P (its
+    odd-indexed ones), until there are H.
 
     Args:
         num_heads: H ≥ 1.
@@ -43,8 +49,13 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
     return torch.tensor(slopes, dtype=torch.float32)
 
 
-def alibi_bias(q_positions: torch.Tensor, k_positions: torch.Tensor,
-               slopes: torch.Tensor, *, symmetric: bool = False) -> torch.Tensor:
+def alibi_bias(
+    q_positions: torch.Tensor,
+    k_positions: torch.Tensor,
+    slopes: torch.Tensor,
+    *,
+    symmetric: bool = False,
+) -> torch.Tensor:
     """The ALiBi score bias ``−m_h · (m − n)``, or ``−m_h · |m − n|`` when
     ``symmetric``.
 
@@ -98,15 +109,17 @@ class AlibiScheme(PositionalScheme):
 
     name = "alibi"
 
-    def __init__(self, *, d_model: int, num_heads: int,
-                 symmetric: bool = False) -> None:
+    def __init__(
+        self, *, d_model: int, num_heads: int, symmetric: bool = False
+    ) -> None:
         super().__init__(d_model=d_model, num_heads=num_heads)
         self.symmetric = bool(symmetric)
         self.register_buffer("slopes", alibi_slopes(num_heads), persistent=False)
 
     def score_bias(self, q, k, q_positions, k_positions):
-        bias = alibi_bias(q_positions, k_positions, self.slopes,
-                          symmetric=self.symmetric)
+        bias = alibi_bias(
+            q_positions, k_positions, self.slopes, symmetric=self.symmetric
+        )
         return bias.to(q.dtype)
 
     def score_mod(self, q_positions, k_positions):

@@ -3,10 +3,10 @@
 One attention, two numerically equal paths:
 
 * the **reference** path computes the score matrix explicitly,
-  ``softmax(q kᵀ / √d_h + bias + mask) v + value_term``, and can return the attention weights for
-  figures (:func:`attention_reference`);
-* the **fast** path calls :func:`torch.nn.functional.scaled_dot_product_attention`, which picks a
-  fused kernel where the inputs allow (:func:`attention_sdpa`).
+  ``softmax(q kᵀ / √d_h + bias + mask) v + value_term``, and can return the attention
+  weights for figures (:func:`attention_reference`);
+* the **fast** path calls :func:`torch.nn.functional.scaled_dot_product_attention`,
+  which picks a fused kernel where the inputs allow (:func:`attention_sdpa`).
 
 Tests hold the two equal for every registered scheme.
 """
@@ -26,12 +26,14 @@ from .schemes import PositionalScheme
 ATTENTION_IMPLS = ("auto", "reference", "sdpa", "flex")
 
 
-def causal_mask(q_len: int, k_len: int, *, device: torch.device | str | None = None) -> torch.Tensor:
+def causal_mask(
+    q_len: int, k_len: int, *, device: torch.device | str | None = None
+) -> torch.Tensor:
     """Boolean mask ``(q_len, k_len)``, True where query i may attend to key j.
 
-    Aligned bottom-right: the queries are the last ``q_len`` of the ``k_len`` keys, so query i sees
-    keys ``j ≤ i + (k_len − q_len)`` (the usual rule with a KV cache; for ``q_len == k_len`` it is
-    the lower triangle).
+    Aligned bottom-right: the queries are the last ``q_len`` of the ``k_len`` keys, so
+    query i sees keys ``j ≤ i + (k_len − q_len)`` (the usual rule with a KV cache; for
+    ``q_len == k_len`` it is the lower triangle).
 
     Raises:
         ValueError: if ``q_len > k_len`` or either is negative.
@@ -39,7 +41,9 @@ def causal_mask(q_len: int, k_len: int, *, device: torch.device | str | None = N
     q_len = check_int("q_len", q_len, minimum=0)
     k_len = check_int("k_len", k_len, minimum=0)
     if q_len > k_len:
-        raise ValueError(f"a causal mask needs q_len <= k_len, got q_len={q_len}, k_len={k_len}")
+        raise ValueError(
+            f"a causal mask needs q_len <= k_len, got q_len={q_len}, k_len={k_len}"
+        )
     return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(k_len - q_len)
 
 
@@ -52,17 +56,20 @@ def attention_reference(
     causal: bool = True,
     scale: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scaled dot-product attention with explicit scores (Vaswani et al. 2017, §3.2.1, Eq. 1).
+    """Scaled dot-product attention with explicit scores (Vaswani et al. 2017, §3.2.1,
+    Eq. 1).
 
     Args:
-        q: (B, H, T_q, d_h). k, v: (B, H, T_k, d_h). Any float dtype; the softmax runs in float32.
-        bias: optional score bias broadcastable to (B, H, T_q, T_k), added after the 1/√d_h scaling.
+        q: (B, H, T_q, d_h). k, v: (B, H, T_k, d_h). Any float dtype; the softmax runs
+            in float32.
+        bias: optional score bias broadcastable to (B, H, T_q, T_k), added after the
+            1/√d_h scaling.
         causal: mask future keys (see :func:`causal_mask`).
         scale: score scale; default 1/√d_h.
 
     Returns:
-        ``(out, weights)``: out (B, H, T_q, d_h) in q's dtype; weights (B, H, T_q, T_k), the
-        attention probabilities (each row sums to 1).
+        ``(out, weights)``: out (B, H, T_q, d_h) in q's dtype; weights (B, H, T_q, T_k),
+        the attention probabilities (each row sums to 1).
     """
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     scores = (q @ k.transpose(-2, -1)).float() * scale
@@ -87,8 +94,9 @@ def attention_sdpa(
     """The same attention as :func:`attention_reference` through
     :func:`torch.nn.functional.scaled_dot_product_attention`.
 
-    Without a bias and with ``T_q == T_k`` the causal case uses ``is_causal=True`` and never builds
-    a T×T tensor; with a bias, the bias (with −inf at masked places) is passed as a float mask.
+    Without a bias and with ``T_q == T_k`` the causal case uses ``is_causal=True`` and
+    never builds a T×T tensor; with a bias, the bias (with −inf at masked places) is
+    passed as a float mask.
 
     Args / Returns: as :func:`attention_reference`, without the weights.
     """
@@ -98,7 +106,9 @@ def attention_sdpa(
             return F.scaled_dot_product_attention(q, k, v, scale=scale)
         if q_len == k_len:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(q_len, k_len, device=q.device), scale=scale)
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=causal_mask(q_len, k_len, device=q.device), scale=scale
+        )
     mask = bias.to(q.dtype)
     if causal:
         allowed = causal_mask(q_len, k_len, device=q.device)
@@ -110,19 +120,22 @@ def attention_sdpa(
 def _compiled_flex_functions():
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    # dynamic=False: one kernel per shape. torch 2.13's CPU template miscompiles the dynamic-shape
-    # kernel that a second shape would otherwise trigger (an undeclared variable in the C++).
-    return torch.compile(flex_attention, dynamic=False), torch.compile(create_block_mask, dynamic=False)
+    # dynamic=False: one kernel per shape. torch 2.13's CPU template miscompiles the
+    # dynamic-shape kernel that a second shape would otherwise trigger (an undeclared
+    # variable in the C++).
+    return torch.compile(flex_attention, dynamic=False), torch.compile(
+        create_block_mask, dynamic=False
+    )
 
 
 @functools.lru_cache(maxsize=32)
 def flex_block_mask(q_len: int, k_len: int, causal: bool, device: str):
-    """The FlexAttention ``BlockMask`` of a (bottom-right aligned) causal or full attention, built by
-    a compiled ``create_block_mask`` (the eager one evaluates the mask on a dense ``q_len × k_len``
-    grid) and cached per shape.
+    """The FlexAttention ``BlockMask`` of a (bottom-right aligned) causal or full
+    attention, built by a compiled ``create_block_mask`` (the eager one evaluates the
+    mask on a dense ``q_len × k_len`` grid) and cached per shape.
 
-    Without a block mask, torch 2.13's CPU kernel stores a ``T × T`` buffer; with one it does not,
-    and on every device it skips the blocks above the diagonal.
+    Without a block mask, torch 2.13's CPU kernel stores a ``T × T`` buffer; with one it
+    does not, and on every device it skips the blocks above the diagonal.
     """
     offset = k_len - q_len
 
@@ -137,23 +150,35 @@ def flex_block_mask(q_len: int, k_len: int, causal: bool, device: str):
     return create_block_mask(mask_mod, None, None, q_len, k_len, device=device)
 
 
-def attention_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, score_mod=None, causal: bool = True,
-                   scale: float | None = None) -> torch.Tensor:
-    """The same attention through FlexAttention (``torch.nn.attention.flex_attention``), compiled once
-    per process: the bias comes from ``score_mod`` and is applied inside the kernel, and the causal
-    mask is a block mask (:func:`flex_block_mask`), so no T×T score, bias or mask tensor is stored.
+def attention_flex(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    score_mod=None,
+    causal: bool = True,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """The same attention through FlexAttention (``torch.nn.attention.flex_attention``),
+    compiled once per process: the bias comes from ``score_mod`` and is applied inside
+    the kernel, and the causal mask is a block mask (:func:`flex_block_mask`), so no T×T
+    score, bias or mask tensor is stored.
 
     Args:
-        q, k, v: as :func:`attention_reference`. score_mod: ``(score, b, h, q_idx, kv_idx) → score``
-        or None. causal: mask future keys (bottom-right aligned). scale: default 1/√d_h.
+        q, k, v: as :func:`attention_reference`. score_mod: ``(score, b, h, q_idx,
+        kv_idx) → score`` or None. causal: mask future keys (bottom-right aligned).
+        scale: default 1/√d_h.
 
     Returns:
-        (B, H, T_q, d_h). The first call compiles (tens of seconds on a CPU). On the CPU, torch 2.13's
-        FlexAttention has no backward pass: use it there for inference, and train on SDPA or a GPU.
+        (B, H, T_q, d_h). The first call compiles (tens of seconds on a CPU). On the
+        CPU, torch 2.13's FlexAttention has no backward pass: use it there for
+        inference, and train on SDPA or a GPU.
     """
     flex_attention, _ = _compiled_flex_functions()
     block_mask = flex_block_mask(q.shape[-2], k.shape[-2], causal, str(q.device))
-    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    return flex_attention(
+        q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale
+    )
 
 
 def _check_bias(bias: torch.Tensor, scores_shape: torch.Size, scheme: str) -> None:
@@ -178,9 +203,9 @@ def _check_bias(bias: torch.Tensor, scores_shape: torch.Size, scheme: str) -> No
 class LayerKVCache:
     """The keys and values that one attention layer has seen, with their positions.
 
-    Keys are stored *after* the scheme's query/key transform (rotated, for RoPE), so a decoding step
-    transforms only its own new keys. Grows by concatenation; for teaching and tests, not for
-    serving (no preallocation, no paging).
+    Keys are stored *after* the scheme's query/key transform (rotated, for RoPE), so a
+    decoding step transforms only its own new keys. Grows by concatenation; for teaching
+    and tests, not for serving (no preallocation, no paging).
     """
 
     def __init__(self) -> None:
@@ -192,14 +217,16 @@ class LayerKVCache:
         return 0 if self.k is None else self.k.shape[-2]
 
     def append(self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor):
-        """Add new keys/values (B, H, T_new, d_h) at ``positions`` ((T_new,) or (B, 1, T_new)) and
-        return all of them: ``(k, v, positions)`` with T_k = cached + new."""
+        """Add new keys/values (B, H, T_new, d_h) at ``positions`` ((T_new,) or (B, 1,
+        T_new)) and return all of them: ``(k, v, positions)`` with T_k = cached +
+        new."""
         if self.k is None:
             self.k, self.v, self.positions = k, v, positions
         else:
             if self.positions.dim() != positions.dim():
                 raise ValueError(
-                    f"positions of a cached step must keep their shape kind: cached {tuple(self.positions.shape)}, "
+                    "positions of a cached step must keep their shape kind: cached "
+                    f"{tuple(self.positions.shape)}, "
                     f"new {tuple(positions.shape)}"
                 )
             self.k = torch.cat((self.k, k), dim=-2)
@@ -211,26 +238,33 @@ class LayerKVCache:
 class KVCache:
     """One :class:`LayerKVCache` per layer of a model, for incremental decoding.
 
-    ``len(cache)`` is the number of tokens seen; :meth:`next_positions` gives the default positions
-    of the next ``T`` tokens, ``len(cache) … len(cache) + T − 1``: positions are explicit offsets.
+    ``len(cache)`` is the number of tokens seen; :meth:`next_positions` gives the
+    default positions of the next ``T`` tokens, ``len(cache) … len(cache) + T − 1``:
+    positions are explicit offsets.
     """
 
     def __init__(self, num_layers: int) -> None:
-        self.layers = [LayerKVCache() for _ in range(check_int("num_layers", num_layers, minimum=1))]
+        self.layers = [
+            LayerKVCache()
+            for _ in range(check_int("num_layers", num_layers, minimum=1))
+        ]
 
     def __len__(self) -> int:
         return len(self.layers[0])
 
-    def next_positions(self, seq_len: int, *, device: torch.device | str | None = None) -> torch.Tensor:
+    def next_positions(
+        self, seq_len: int, *, device: torch.device | str | None = None
+    ) -> torch.Tensor:
         start = len(self)
         return torch.arange(start, start + seq_len, device=device)
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head self-attention whose positional behaviour comes from a :class:`PositionalScheme`.
+    """Multi-head self-attention whose positional behaviour comes from a
+    :class:`PositionalScheme`.
 
-    The scheme acts at plug-in points 2–4 here (q/k transform, score bias, value term); point 1
-    (embedding) is applied once by the model, before the first block.
+    The scheme acts at plug-in points 2–4 here (q/k transform, score bias, value term);
+    point 1 (embedding) is applied once by the model, before the first block.
 
     Args:
         d_model: model width d. num_heads: heads H (d must be divisible by H).
@@ -238,16 +272,25 @@ class MultiHeadAttention(nn.Module):
         causal: mask future positions (decoder) or not (encoder).
 
     Shape:
-        ``forward(x, positions)``: x (B, T, d); positions (T,) or (B, T) → (B, T, d), plus the
-        attention weights (B, H, T, T) when ``need_weights=True``, else None.
+        ``forward(x, positions)``: x (B, T, d); positions (T,) or (B, T) → (B, T, d),
+        plus the attention weights (B, H, T, T) when ``need_weights=True``, else None.
     """
 
-    def __init__(self, d_model: int, num_heads: int, scheme: PositionalScheme, *, causal: bool = True) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        scheme: PositionalScheme,
+        *,
+        causal: bool = True,
+    ) -> None:
         super().__init__()
         self.d_model = check_int("d_model", d_model, minimum=1)
         self.num_heads = check_int("num_heads", num_heads, minimum=1)
         if d_model % num_heads:
-            raise ValueError(f"d_model must be divisible by num_heads, got {d_model} and {num_heads}")
+            raise ValueError(
+                f"d_model must be divisible by num_heads, got {d_model} and {num_heads}"
+            )
         self.head_dim = d_model // num_heads
         self.scheme = scheme
         self.causal = causal
@@ -325,18 +368,22 @@ class MultiHeadAttention(nn.Module):
             score_mod = self.scheme.score_mod(pos, k_pos)
             has_bias = type(self.scheme).score_bias is not PositionalScheme.score_bias
             if score_mod is None and has_bias:
-                raise ValueError(f"scheme {self.scheme.name!r} has a score bias but no "
-                                 "score_mod for impl='flex'")
-            out = attention_flex(q, k, v, score_mod=score_mod, causal=self.causal,
-                                 scale=scale)
+                raise ValueError(
+                    f"scheme {self.scheme.name!r} has a score bias but no "
+                    "score_mod for impl='flex'"
+                )
+            out = attention_flex(
+                q, k, v, score_mod=score_mod, causal=self.causal, scale=scale
+            )
         else:
             bias = self.scheme.score_bias(q, k, pos, k_pos)
             if bias is not None:
                 shape = torch.Size((batch, self.num_heads, q.shape[-2], k.shape[-2]))
                 _check_bias(bias, shape, self.scheme.name)
         if use_reference:
-            out, weights = attention_reference(q, k, v, bias=bias, causal=self.causal,
-                                               scale=scale)
+            out, weights = attention_reference(
+                q, k, v, bias=bias, causal=self.causal, scale=scale
+            )
             term = self.scheme.value_term(weights, pos, k_pos)
             if term is not None:
                 out = out + term

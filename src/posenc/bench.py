@@ -1,13 +1,15 @@
-"""Measuring memory, for the book's benchmarks (never inside tests' assertions about speed).
+"""Measuring memory, for the book's benchmarks (never inside tests' assertions about
+speed).
 
-:func:`peak_memory` reports the peak bytes of tensor memory that a function holds at once: on CUDA
-from the caching allocator's own statistics, elsewhere by following every tensor storage that the
-function's operations create (a ``TorchDispatchMode``) until it is freed. Kernels' private
-workspaces are invisible to the second method, which is what we want when asking whether a
-T×T tensor is ever stored.
+:func:`peak_memory` reports the peak bytes of tensor memory that a function holds at
+once: on CUDA from the caching allocator's own statistics, elsewhere by following every
+tensor storage that the function's operations create (a ``TorchDispatchMode``) until it
+is freed. Kernels' private workspaces are invisible to the second method, which is what
+we want when asking whether a T×T tensor is ever stored.
 
-:func:`peak_rss` answers the same question for code that runs outside the dispatcher, such as a
-``torch.compile``-d kernel on the CPU: it reads the process's peak resident memory (Linux only).
+:func:`peak_rss` answers the same question for code that runs outside the dispatcher,
+such as a ``torch.compile``-d kernel on the CPU: it reads the process's peak resident
+memory (Linux only).
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ class _StorageTracker(TorchDispatchMode):
 
 
 def peak_memory(fn: Callable[[], object], device: torch.device | str = "cpu") -> int:
-    """Peak bytes of tensor memory allocated while ``fn()`` runs, above what existed before.
+    """Peak bytes of tensor memory allocated while ``fn()`` runs, above what existed
+    before.
 
     Args:
         fn: a function of no arguments; its result is discarded.
@@ -79,22 +82,27 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
 
 def _proc_status_bytes(key: str) -> int:
     with open("/proc/self/status") as f:
-        return int(re.search(rf"^{key}:\s+(\d+) kB", f.read(), re.MULTILINE).group(1)) * 1024
+        return (
+            int(re.search(rf"^{key}:\s+(\d+) kB", f.read(), re.MULTILINE).group(1))
+            * 1024
+        )
 
 
 def peak_rss(fn: Callable[[], object]) -> int:
-    """Peak resident memory of the process while ``fn()`` runs, above the resident memory before it.
+    """Peak resident memory of the process while ``fn()`` runs, above the resident
+    memory before it.
 
-    Sees every allocation, including those of compiled kernels that :func:`peak_memory` cannot
-    follow, and also everything else the process does meanwhile: use it on one thing at a time,
-    after a warm-up call (compilation itself allocates). While ``fn`` runs, glibc's
-    ``M_MMAP_THRESHOLD`` is 64 KiB and ``M_TRIM_THRESHOLD`` 0, so that every large block is mapped
-    when allocated and returned when freed (otherwise malloc keeps freed memory and the resident size
-    reflects history rather than ``fn``). That mode is slow — every large tensor costs page faults —
-    so afterwards the thresholds are set to 32 MiB and 64 MiB, glibc's own upper limits on 64-bit
-    (its adaptive mode cannot be switched back on). The peak is reset through
-    ``/proc/self/clear_refs`` (Linux ≥ 4.0). Resolution: a few hundred KiB, since the kernel
-    updates its per-thread page counts in batches.
+    Sees every allocation, including those of compiled kernels that :func:`peak_memory`
+    cannot follow, and also everything else the process does meanwhile: use it on one
+    thing at a time, after a warm-up call (compilation itself allocates). While ``fn``
+    runs, glibc's ``M_MMAP_THRESHOLD`` is 64 KiB and ``M_TRIM_THRESHOLD`` 0, so that
+    every large block is mapped when allocated and returned when freed (otherwise malloc
+    keeps freed memory and the resident size reflects history rather than ``fn``). That
+    mode is slow — every large tensor costs page faults — so afterwards the thresholds
+    are set to 32 MiB and 64 MiB, glibc's own upper limits on 64-bit (its adaptive mode
+    cannot be switched back on). The peak is reset through ``/proc/self/clear_refs``
+    (Linux ≥ 4.0). Resolution: a few hundred KiB, since the kernel updates its
+    per-thread page counts in batches.
 
     Args:
         fn: a function of no arguments; its result is discarded.
@@ -106,11 +114,15 @@ def peak_rss(fn: Callable[[], object]) -> int:
         RuntimeError: when not on Linux with glibc.
     """
     if not sys.platform.startswith("linux"):
-        raise RuntimeError(f"peak_rss needs Linux's /proc (this is {sys.platform!r}); use peak_memory")
+        raise RuntimeError(
+            f"peak_rss needs Linux's /proc (this is {sys.platform!r}); use peak_memory"
+        )
     try:
         libc = ctypes.CDLL("libc.so.6")
     except OSError as error:
-        raise RuntimeError("peak_rss needs glibc (libc.so.6) to control when memory is returned") from error
+        raise RuntimeError(
+            "peak_rss needs glibc (libc.so.6) to control when memory is returned"
+        ) from error
     libc.mallopt(_M_MMAP_THRESHOLD, 64 * 1024)
     libc.mallopt(_M_TRIM_THRESHOLD, 0)
     try:

@@ -1,8 +1,9 @@
-"""Byte-level corpora that need no download: the Python standard library's own source, or any text
-file or folder you point at.
+"""Byte-level corpora that need no download: the Python standard library's own source,
+or any text file or folder you point at.
 
-Bytes are the tokens (vocabulary 256), so there is no tokenizer to install and a sequence length is
-a number of bytes. Splits are by *file*, so validation text is never seen in training.
+Bytes are the tokens (vocabulary 256), so there is no tokenizer to install and a
+sequence length is a number of bytes. Splits are by *file*, so validation text is never
+seen in training.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ class Corpus:
 
     def __repr__(self) -> str:
         return (
-            f"Corpus({self.name!r}, train={self.train.numel():,} bytes from {len(self.train_files)} files, "
+            f"Corpus({self.name!r}, train={self.train.numel():,} bytes from "
+            f"{len(self.train_files)} files, "
             f"val={self.val.numel():,} bytes from {len(self.val_files)} files)"
         )
 
@@ -57,16 +59,28 @@ def _split_files(name: str, files: list[Path], root: Path, val_every: int) -> Co
     val_every = check_int("val_every", val_every, minimum=2)
     train, val, train_names, val_names = [], [], [], []
     for i, path in enumerate(files):
-        data, names = (val, val_names) if i % val_every == val_every - 1 else (train, train_names)
+        data, names = (
+            (val, val_names) if i % val_every == val_every - 1 else (train, train_names)
+        )
         data.append(path.read_bytes())
         names.append(path.relative_to(root).as_posix())
     if not train or not val:
-        raise ValueError(f"need at least {val_every} files to split train/validation by file, got {len(files)}")
-    return Corpus(name, _bytes_tensor(train), _bytes_tensor(val), tuple(train_names), tuple(val_names))
+        raise ValueError(
+            f"need at least {val_every} files to split train/validation by file, got "
+            f"{len(files)}"
+        )
+    return Corpus(
+        name,
+        _bytes_tensor(train),
+        _bytes_tensor(val),
+        tuple(train_names),
+        tuple(val_names),
+    )
 
 
 def stdlib_source_files() -> list[Path]:
-    """The top-level ``*.py`` files of this Python's standard library, sorted by name."""
+    """The top-level ``*.py`` files of this Python's standard library, sorted by
+    name."""
     root = Path(sysconfig.get_path("stdlib"))
     return sorted(p for p in root.glob("*.py") if p.is_file())
 
@@ -75,30 +89,37 @@ def load_stdlib_corpus(val_every: int = 10) -> Corpus:
     """The Python standard library's top-level source files as a byte corpus.
 
     Files are sorted by name; every ``val_every``-th file (the 10th, 20th, ...) goes to
-    validation, the rest to training. About 4.7 MB on CPython 3.11; the exact bytes depend on the
-    Python version, so compare numbers only within one version.
+    validation, the rest to training. About 4.7 MB on CPython 3.11; the exact bytes
+    depend on the Python version, so compare numbers only within one version.
 
     Raises:
         ValueError: if fewer than ``val_every`` files are found.
     """
     files = stdlib_source_files()
-    return _split_files("python-stdlib", files, Path(sysconfig.get_path("stdlib")), val_every)
+    return _split_files(
+        "python-stdlib", files, Path(sysconfig.get_path("stdlib")), val_every
+    )
 
 
-def load_text_corpus(path: str | Path, *, pattern: str = "*.txt", val_every: int = 10,
-                     val_fraction: float = 0.1) -> Corpus:
+def load_text_corpus(
+    path: str | Path,
+    *,
+    pattern: str = "*.txt",
+    val_every: int = 10,
+    val_fraction: float = 0.1,
+) -> Corpus:
     """Any text as a byte corpus.
 
     Args:
-        path: a file — its last ``val_fraction`` of bytes is the validation split — or a folder —
-            the files matching ``pattern`` below it (recursively, sorted), split by file as in
-            :func:`load_stdlib_corpus`.
+        path: a file — its last ``val_fraction`` of bytes is the validation split — or a
+            folder — the files matching ``pattern`` below it (recursively, sorted),
+            split by file as in :func:`load_stdlib_corpus`.
         pattern: glob for files in a folder. val_every: every n-th file is validation.
         val_fraction: for a single file, in (0, 1).
 
     Raises:
-        FileNotFoundError: if ``path`` does not exist. ValueError: an empty file, a folder with
-        too few matching files, or ``val_fraction`` outside (0, 1).
+        FileNotFoundError: if ``path`` does not exist. ValueError: an empty file, a
+        folder with too few matching files, or ``val_fraction`` outside (0, 1).
     """
     path = Path(path)
     if not path.exists():
@@ -111,16 +132,26 @@ def load_text_corpus(path: str | Path, *, pattern: str = "*.txt", val_every: int
     data = _bytes_tensor([path.read_bytes()])
     cut = int(round(data.numel() * (1.0 - val_fraction)))
     if cut < 2 or data.numel() - cut < 2:
-        raise ValueError(f"{path} has {data.numel()} bytes: too few to split with val_fraction={val_fraction}")
+        raise ValueError(
+            f"{path} has {data.numel()} bytes: too few to split with "
+            f"val_fraction={val_fraction}"
+        )
     return Corpus(path.name, data[:cut], data[cut:], (path.name,), (path.name,))
 
 
-def get_batch(data: torch.Tensor, batch_size: int, seq_len: int, *, generator: torch.Generator | None = None,
-              device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def get_batch(
+    data: torch.Tensor,
+    batch_size: int,
+    seq_len: int,
+    *,
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Random training windows: inputs and next-byte targets.
 
     Args:
-        data: uint8 (N,) byte stream. batch_size: B. seq_len: T (any length up to N − 1).
+        data: uint8 (N,) byte stream. batch_size: B. seq_len: T (any length up to N −
+            1).
         generator: CPU generator for the window offsets (reproducible batches).
         device: where to put the batch.
 
@@ -133,18 +164,24 @@ def get_batch(data: torch.Tensor, batch_size: int, seq_len: int, *, generator: t
     batch_size = check_int("batch_size", batch_size, minimum=1)
     seq_len = check_int("seq_len", seq_len, minimum=1)
     if seq_len >= data.numel():
-        raise ValueError(f"seq_len must be < the stream length {data.numel()}, got {seq_len}")
-    starts = torch.randint(0, data.numel() - seq_len, (batch_size,), generator=generator)
+        raise ValueError(
+            f"seq_len must be < the stream length {data.numel()}, got {seq_len}"
+        )
+    starts = torch.randint(
+        0, data.numel() - seq_len, (batch_size,), generator=generator
+    )
     idx = starts[:, None] + torch.arange(seq_len + 1)
     windows = data[idx].long()
     return windows[:, :-1].to(device), windows[:, 1:].to(device)
 
 
-def eval_windows(data: torch.Tensor, seq_len: int, max_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+def eval_windows(
+    data: torch.Tensor, seq_len: int, max_tokens: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Non-overlapping evaluation windows from the start of ``data``.
 
-    The same first ``max_tokens`` bytes are cut into ``max_tokens // seq_len`` windows of length
-    ``seq_len``, so that every length is scored on (nearly) the same text.
+    The same first ``max_tokens`` bytes are cut into ``max_tokens // seq_len`` windows
+    of length ``seq_len``, so that every length is scored on (nearly) the same text.
 
     Returns:
         ``(x, y)`` int64 (N, T) inputs and next-byte targets on the CPU.

@@ -1,13 +1,18 @@
 """Feature layouts of paired encodings.
 
-Sinusoidal encodings and RoPE both work on *pairs* of features. Two memory layouts are in use:
+Sinusoidal encodings and RoPE both work on *pairs* of features. Two memory layouts are
+in use:
 
-* ``"interleaved"``: pair i lives at features (2i, 2i + 1) — Vaswani et al. (sinusoidal),
-  RoFormer, GPT-J and Meta's Llama (RoPE);
-* ``"concatenated"`` / ``"half"``: pair i lives at features (i, i + d/2) — ``[sin | cos]`` tables
-  (Marian, tensor2tensor) and GPT-NeoX / Hugging Face Llama (RoPE).
+* ``"interleaved"``: pair i lives at features (2i, 2i + 1) — Vaswani et al.
+  (sinusoidal), RoFormer, GPT-J and Meta's Llama (RoPE);
+* ``"concatenated"`` / ``"half"``: pair i lives at features (i, i + d/2) — ``[sin |
+  cos]`` tables (Marian; tensor2tensor and fairseq, with other frequencies) and GPT-NeoX
+  / Hugging Face Llama (RoPE).
 
-They hold the same numbers in a different order; :func:`pair_permutation` is that order.
+With the same frequencies they hold the same numbers in a different order;
+:func:`pair_permutation` is that order. (tensor2tensor's and fairseq's tables also use
+the frequencies b^(−i/(d/2−1)) instead of the paper's b^(−2i/d): no permutation converts
+them.)
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Learned absolute position embeddings (Gehring et al. 2017, "Convolutional Sequence to Sequence
-Learning", §3.1; GPT, BERT): one trainable vector per position, up to a hard maximum."""
+"""Learned absolute position embeddings (Gehring et al. 2017, "Convolutional Sequence to
+Sequence Learning", §3.1; GPT, BERT): one trainable vector per position, up to a hard
+maximum."""
 
 from __future__ import annotations
 
@@ -13,25 +14,29 @@ from .schemes import PositionalScheme, register_scheme
 class LearnedPositionalEmbedding(nn.Module):
     """A table of ``max_len`` trainable position vectors of width ``dim``.
 
-    It holds ``max_len · dim`` parameters and has no answer for a position ≥ ``max_len``: asking for
-    one raises a ValueError that names the position and the limit.
+    It holds ``max_len · dim`` parameters and has no answer for a position ≥
+    ``max_len``: asking for one raises a ValueError that names the position and the
+    limit.
 
     Args:
         max_len: number of positions the table covers (positions 0 … max_len − 1).
         dim: width of each vector.
-        init_std: standard deviation of the normal initialisation; 0.02 is the ``initializer_range``
-            of Hugging Face's GPT-2. ``nn.Embedding``'s 1.0 leaves the random initialisation dominant
-            after short training runs, hiding what the table learned.
+        init_std: standard deviation of the normal initialisation; 0.02 is the
+            ``initializer_range`` of Hugging Face's GPT-2. ``nn.Embedding``'s 1.0 leaves
+            the random initialisation dominant after short training runs, hiding what
+            the table learned.
 
     Shape:
         ``forward(positions)``: an int ``T`` or an integer tensor ``(...)`` → float32
         ``(..., dim)`` (``(T, dim)`` for an int) on the table's device.
 
     Raises:
-        TypeError: non-integer sizes, or float positions (a table cannot be interpolated).
+        TypeError: non-integer sizes, or float positions (a table cannot be
+            interpolated).
         ValueError: non-positive sizes, or a position outside ``0 … max_len − 1``.
 
-    Source: Gehring et al. 2017, §3.1; Devlin et al. 2019 (BERT), §3; Radford et al. 2018 (GPT).
+    Source: Gehring et al. 2017, §3.1; Devlin et al. 2019 (BERT), §3; Radford et al.
+        2018 (GPT).
     """
 
     def __init__(self, max_len: int, dim: int, *, init_std: float = 0.02) -> None:
@@ -44,7 +49,8 @@ class LearnedPositionalEmbedding(nn.Module):
         positions = as_positions(positions, device=self.weight.device)
         if positions.is_floating_point():
             raise TypeError(
-                "LearnedPositionalEmbedding needs integer positions (a table has no row between two "
+                "LearnedPositionalEmbedding needs integer positions (a table has no "
+                "row between two "
                 f"integers); got dtype {positions.dtype}"
             )
         if positions.numel():
@@ -52,7 +58,8 @@ class LearnedPositionalEmbedding(nn.Module):
             if lo < 0 or hi >= self.max_len:
                 bad = lo if lo < 0 else hi
                 raise ValueError(
-                    f"position {bad} is outside the learned table: positions must lie in "
+                    f"position {bad} is outside the learned table: positions must lie "
+                    "in "
                     f"0..{self.max_len - 1} (max_len={self.max_len})"
                 )
         return self.weight[positions]
@@ -69,12 +76,20 @@ class LearnedScheme(PositionalScheme):
     Args:
         d_model, num_heads: model sizes (see :class:`posenc.schemes.PositionalScheme`).
         max_len: the table size; sequences longer than this raise ValueError.
-        init_std: standard deviation of the initial rows (see :class:`LearnedPositionalEmbedding`).
+        init_std: standard deviation of the initial rows (see
+            :class:`LearnedPositionalEmbedding`).
     """
 
     name = "learned"
 
-    def __init__(self, *, d_model: int, num_heads: int, max_len: int = 1024, init_std: float = 0.02) -> None:
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        num_heads: int,
+        max_len: int = 1024,
+        init_std: float = 0.02,
+    ) -> None:
         super().__init__(d_model=d_model, num_heads=num_heads)
         self.table = LearnedPositionalEmbedding(max_len, d_model, init_std=init_std)
         self.max_positions = self.table.max_len

@@ -1,8 +1,8 @@
 """One matplotlib style for the whole book.
 
-Colours are the Okabe–Ito palette (safe for the common colour-vision deficiencies); sequential
-maps are ``viridis``, diverging maps ``RdBu_r`` centred on zero. Call :func:`use_style` once per
-notebook (the chapters do it in their first cell).
+Colours are the Okabe–Ito palette (safe for the common colour-vision deficiencies);
+sequential maps are ``viridis``, diverging maps ``RdBu_r`` centred on zero. Call
+:func:`use_style` once per notebook (the chapters do it in their first cell).
 """
 
 from __future__ import annotations
@@ -12,8 +12,18 @@ import matplotlib.pyplot as plt
 import numpy as np
 from cycler import cycler
 
-#: Okabe & Ito (2008), "Color Universal Design"; black before yellow, which is faint on white.
-OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442")
+#: Okabe & Ito (2008), "Color Universal Design"; black before yellow, which is faint on
+#: white.
+OKABE_ITO = (
+    "#0072B2",
+    "#E69F00",
+    "#009E73",
+    "#D55E00",
+    "#CC79A7",
+    "#56B4E9",
+    "#000000",
+    "#F0E442",
+)
 SEQUENTIAL_CMAP = "viridis"
 DIVERGING_CMAP = "RdBu_r"
 
@@ -41,20 +51,37 @@ def use_style() -> None:
     mpl.rcParams.update(STYLE)
 
 
-def heatmap(ax, matrix, *, xlabel: str, ylabel: str, title: str = "", diverging: bool = False,
-            colorbar_label: str = "", extent=None):
+def heatmap(
+    ax,
+    matrix,
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str = "",
+    diverging: bool = False,
+    colorbar_label: str = "",
+    extent=None,
+):
     """Draw ``matrix`` (rows on the y axis, from the top) with a labelled colour bar.
 
     Args:
-        ax: the matplotlib Axes. matrix: 2-D array or tensor. xlabel, ylabel, title: text.
+        ax: the matplotlib Axes. matrix: 2-D array or tensor. xlabel, ylabel, title:
+            text.
         diverging: use the diverging map, symmetric about zero.
-        colorbar_label: the colour bar's label (with units). extent: passed to ``imshow``.
+        colorbar_label: the colour bar's label (with units). extent: passed to
+            ``imshow``.
 
     Returns:
         The AxesImage.
     """
-    data = np.asarray(matrix.detach().cpu() if hasattr(matrix, "detach") else matrix, dtype=float)
-    kwargs = {"cmap": DIVERGING_CMAP if diverging else SEQUENTIAL_CMAP, "aspect": "auto", "interpolation": "nearest"}
+    data = np.asarray(
+        matrix.detach().cpu() if hasattr(matrix, "detach") else matrix, dtype=float
+    )
+    kwargs = {
+        "cmap": DIVERGING_CMAP if diverging else SEQUENTIAL_CMAP,
+        "aspect": "auto",
+        "interpolation": "nearest",
+    }
     if diverging:
         bound = float(np.nanmax(np.abs(data))) or 1.0
         kwargs.update(vmin=-bound, vmax=bound)
@@ -66,7 +93,9 @@ def heatmap(ax, matrix, *, xlabel: str, ylabel: str, title: str = "", diverging:
     return image
 
 
-def perplexity_plot(ax, results: dict[str, dict[int, float]], *, train_len: int, title: str = ""):
+def perplexity_plot(
+    ax, results: dict[str, dict[int, float]], *, train_len: int, title: str = ""
+):
     """Validation perplexity against evaluation length, one line per scheme.
 
     Args:
@@ -77,27 +106,51 @@ def perplexity_plot(ax, results: dict[str, dict[int, float]], *, train_len: int,
         lengths = sorted(by_len)
         ax.plot(lengths, [by_len[n] for n in lengths], marker="o", label=name)
     ax.axvline(train_len, color="0.4", linestyle="--", linewidth=1)
-    ax.text(train_len, ax.get_ylim()[1], " training length", va="top", ha="left", fontsize=8, color="0.3")
+    ax.text(
+        train_len,
+        ax.get_ylim()[1],
+        " training length",
+        va="top",
+        ha="left",
+        fontsize=8,
+        color="0.3",
+    )
     _length_axis(ax, sorted({n for by_len in results.values() for n in by_len}))
-    ax.set(xlabel="evaluation length T (bytes)", ylabel="validation perplexity (per byte)", title=title)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: never covers a curve
+    ax.set(
+        xlabel="evaluation length T (bytes)",
+        ylabel="validation perplexity (per byte)",
+        title=title,
+    )
+    ax.legend(
+        loc="upper left", bbox_to_anchor=(1.01, 1.0)
+    )  # outside: never covers a curve
     return ax
 
 
 def _length_axis(ax, lengths) -> None:
-    """A log₂ x axis whose ticks are the sequence lengths themselves (64, 128, … rather than 2⁶ …)."""
+    """A log₂ x axis whose ticks are the sequence lengths themselves (64, 128, … rather
+    than 2⁶ …)."""
     ax.set_xscale("log", base=2)
     ax.set_xticks(lengths, [str(n) for n in lengths])
     ax.minorticks_off()
 
 
-def memory_plot(ax, lengths, curves: dict[str, list[float]], *, title: str = "", floor_mib: float = 2**-10):
-    """Peak memory against sequence length on log–log axes, one line per computation path.
+def memory_plot(
+    ax,
+    lengths,
+    curves: dict[str, list[float]],
+    *,
+    title: str = "",
+    floor_mib: float = 2**-10,
+):
+    """Peak memory against sequence length on log–log axes, one line per computation
+    path.
 
     Args:
-        ax: the Axes. lengths: the sequence lengths T. curves: ``{path name: [MiB at each length]}``.
-        floor_mib: values below it (a measure's noise floor, or 0) are drawn at it, since a log axis
-            cannot show 0; default 1 KiB.
+        ax: the Axes. lengths: the sequence lengths T. curves: ``{path name: [MiB at
+            each length]}``.
+        floor_mib: values below it (a measure's noise floor, or 0) are drawn at it,
+            since a log axis cannot show 0; default 1 KiB.
     """
     for name, values in curves.items():
         ax.plot(lengths, [max(v, floor_mib) for v in values], marker="o", label=name)
@@ -106,4 +159,3 @@ def memory_plot(ax, lengths, curves: dict[str, list[float]], *, title: str = "",
     ax.set(xlabel="sequence length T", ylabel="peak memory (MiB)", title=title)
     ax.legend(fontsize=8)
     return ax
-

@@ -1,15 +1,17 @@
 """Train every model the book's chapters load, before the notebooks run.
 
-``python -m posenc.prepare`` (run first by ``make book`` and ``make test``) trains each run of
-:func:`posenc.experiments.book_runs` that is not yet in the cache, one process per run and as many
-processes as there are cores, each with a fixed number of torch threads, and shows one progress bar
-over the runs. Training thus never happens inside a notebook cell, where a cell timeout or a busy
-machine could decide whether the book builds; the chapters load the cached weights.
+``python -m posenc.prepare`` (run first by ``make book`` and ``make test``) trains each
+run of :func:`posenc.experiments.book_runs` that is not yet in the cache, one process
+per run and as many processes as there are cores, each with a fixed number of torch
+threads, and shows one progress bar over the runs. Training thus never happens inside a
+notebook cell, where a cell timeout or a busy machine could decide whether the book
+builds; the chapters load the cached weights.
 
-Why one thread per process: on a 2-core machine, two processes of one thread each keep both cores
-busy with no synchronisation, while torch's intra-op threads (OpenMP) spin-wait on each other and
-slow down many times over as soon as another program takes a core. ``--threads`` lets you measure
-it (the closing note of the issue that introduced this step gives the numbers).
+Why one thread per process: on a 2-core machine, two processes of one thread each keep
+both cores busy with no synchronisation, while torch's intra-op threads (OpenMP)
+spin-wait on each other and slow down many times over as soon as another program takes a
+core. ``--threads`` lets you measure it (the closing note of the issue that introduced
+this step gives the numbers).
 
 Usage::
 
@@ -32,7 +34,8 @@ from .train import REQUIRE_CACHED_ENV, cache_dir, cache_key, tqdm
 
 
 def run_key(run: BookRun, corpus, scale: str) -> str:
-    """The cache key of the weights ``run`` produces (for a fine-tune, of the fine-tuned weights)."""
+    """The cache key of the weights ``run`` produces (for a fine-tune, of the fine-tuned
+    weights)."""
     (model_cfg, train_cfg), tuned = run.configs(scale)
     key = cache_key(model_cfg, train_cfg, corpus)
     return key if tuned is None else cache_key(*tuned, corpus, init_key=key)
@@ -40,7 +43,11 @@ def run_key(run: BookRun, corpus, scale: str) -> str:
 
 def missing_runs(runs: list[BookRun], corpus, scale: str) -> list[BookRun]:
     """The runs whose weights are not in :func:`posenc.train.cache_dir` yet."""
-    return [r for r in runs if not (cache_dir() / f"{run_key(r, corpus, scale)}.pt").exists()]
+    return [
+        r
+        for r in runs
+        if not (cache_dir() / f"{run_key(r, corpus, scale)}.pt").exists()
+    ]
 
 
 def _init_worker(threads: int) -> None:
@@ -56,12 +63,20 @@ def _train_one(run: BookRun, scale: str, device: str) -> tuple[str, float]:
     return run.label, time.perf_counter() - start
 
 
-def prepare(*, scale: str = "small", workers: int | None = None, threads: int = 1, device: str = "cpu",
-            progress: bool = True) -> dict[str, float]:
-    """Train the missing runs of :func:`~posenc.experiments.book_runs` in parallel processes.
+def prepare(
+    *,
+    scale: str = "small",
+    workers: int | None = None,
+    threads: int = 1,
+    device: str = "cpu",
+    progress: bool = True,
+) -> dict[str, float]:
+    """Train the missing runs of :func:`~posenc.experiments.book_runs` in parallel
+    processes.
 
-    Fine-tunes wait for the run they start from. Each process trains whole runs, so the results are
-    exactly those of training the runs one by one (training is deterministic on the CPU).
+    Fine-tunes wait for the run they start from. Each process trains whole runs, so the
+    results are exactly those of training the runs one by one (training is deterministic
+    on the CPU).
 
     Args:
         scale: experiment scale (``"small"`` on a CPU, ``"large"`` on a GPU).
@@ -71,7 +86,8 @@ def prepare(*, scale: str = "small", workers: int | None = None, threads: int = 
         progress: one tqdm bar over the runs.
 
     Returns:
-        ``{run label: wall seconds}`` for the runs trained now (empty when everything was cached).
+        ``{run label: wall seconds}`` for the runs trained now (empty when everything
+        was cached).
 
     Raises:
         ValueError: unknown scale; workers or threads < 1.
@@ -79,15 +95,27 @@ def prepare(*, scale: str = "small", workers: int | None = None, threads: int = 
     from .data import load_stdlib_corpus
 
     if scale not in SCALES:
-        raise ValueError(f"scale must be one of {', '.join(map(repr, SCALES))}; got {scale!r}")
+        raise ValueError(
+            f"scale must be one of {', '.join(map(repr, SCALES))}; got {scale!r}"
+        )
     if workers is None:
         workers = 1 if device != "cpu" else len(os.sched_getaffinity(0))
     if workers < 1 or threads < 1:
-        raise ValueError(f"workers and threads must be >= 1, got workers={workers}, threads={threads}")
+        raise ValueError(
+            f"workers and threads must be >= 1, got workers={workers}, "
+            f"threads={threads}"
+        )
     corpus = load_stdlib_corpus()
     todo = missing_runs(book_runs(scale), corpus, scale)
-    # a fine-tune's base run is trained first when it is missing (it is a book run of its own too)
-    todo += [b for b in missing_runs({r.base for r in todo if r.fine_tune_multiple}, corpus, scale) if b not in todo]
+    # a fine-tune's base run is trained first when it is missing (it is a book run of
+    # its own too)
+    todo += [
+        b
+        for b in missing_runs(
+            {r.base for r in todo if r.fine_tune_multiple}, corpus, scale
+        )
+        if b not in todo
+    ]
     if not todo:
         return {}
 
@@ -96,16 +124,31 @@ def prepare(*, scale: str = "small", workers: int | None = None, threads: int = 
 
     waiting = [r for r in todo if not is_ready(r)]
     seconds: dict[str, float] = {}
-    bar = tqdm(total=len(todo), desc="training the book's models", disable=not progress, unit="run",
-               file=sys.stdout)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_init_worker, initargs=(threads,)) as pool:
-        futures = {pool.submit(_train_one, r, scale, device): r for r in todo if r not in waiting}
+    bar = tqdm(
+        total=len(todo),
+        desc="training the book's models",
+        disable=not progress,
+        unit="run",
+        file=sys.stdout,
+    )
+    with ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_init_worker,
+        initargs=(threads,),
+    ) as pool:
+        futures = {
+            pool.submit(_train_one, r, scale, device): r
+            for r in todo
+            if r not in waiting
+        }
         while futures:
             done, _ = wait(futures, return_when=FIRST_COMPLETED)
             for future in done:
                 del futures[future]
-                label, secs = future.result()  # a failed run raises here, and the step fails
+                label, secs = (
+                    future.result()
+                )  # a failed run raises here, and the step fails
                 seconds[label] = secs
                 bar.update(1)
                 bar.set_postfix_str(f"{label}: {secs:.0f} s")
@@ -117,12 +160,20 @@ def prepare(*, scale: str = "small", workers: int | None = None, threads: int = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m posenc.prepare", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m posenc.prepare", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--scale", default="small", choices=sorted(SCALES))
-    parser.add_argument("--workers", type=int, default=None, help="processes (default: usable cores)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="processes (default: usable cores)"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads per process (default 1)"
+    )
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--list", action="store_true", help="list the runs and whether each is cached")
+    parser.add_argument(
+        "--list", action="store_true", help="list the runs and whether each is cached"
+    )
     args = parser.parse_args(argv)
     if args.list:
         from .data import load_stdlib_corpus
@@ -130,15 +181,24 @@ def main(argv: list[str] | None = None) -> int:
         corpus = load_stdlib_corpus()
         missing = set(missing_runs(book_runs(args.scale), corpus, args.scale))
         for run in book_runs(args.scale):
-            print(f"{'missing' if run in missing else 'cached ':8} {run_key(run, corpus, args.scale)}  {run.label}")
+            print(
+                f"{'missing' if run in missing else 'cached ':8} "
+                f"{run_key(run, corpus, args.scale)}  {run.label}"
+            )
         return 0
     start = time.perf_counter()
-    seconds = prepare(scale=args.scale, workers=args.workers, threads=args.threads, device=args.device)
+    seconds = prepare(
+        scale=args.scale, workers=args.workers, threads=args.threads, device=args.device
+    )
     total = time.perf_counter() - start
     if seconds:
-        print(f"trained {len(seconds)} runs in {total:.0f} s wall ({sum(seconds.values()):.0f} s of process time "
-              f"over {args.workers or len(os.sched_getaffinity(0))} workers × {args.threads} threads); "
-              f"weights in {cache_dir()}")
+        print(
+            f"trained {len(seconds)} runs in {total:.0f} s wall "
+            f"({sum(seconds.values()):.0f} s of process time "
+            f"over {args.workers or len(os.sched_getaffinity(0))} workers × "
+            f"{args.threads} threads); "
+            f"weights in {cache_dir()}"
+        )
     else:
         print(f"every run of the book is cached in {cache_dir()}")
     return 0

@@ -1,21 +1,21 @@
-"""Rotary position embedding, RoPE (Su et al. 2021, "RoFormer: Enhanced Transformer with Rotary
-Position Embedding", §3.2–3.4).
+"""Rotary position embedding, RoPE (Su et al. 2021, "RoFormer: Enhanced Transformer with
+Rotary Position Embedding", §3.2–3.4).
 
-Each pair of features ``(x_a, x_b)`` of a query or key at position m is rotated by the angle
-``m·θ_i``, θ_i = b^(−2i/d):
+Each pair of features ``(x_a, x_b)`` of a query or key at position m is rotated by the
+angle ``m·θ_i``, θ_i = b^(−2i/d):
 
     (x_a, x_b) ↦ (x_a cos mθ_i − x_b sin mθ_i,  x_a sin mθ_i + x_b cos mθ_i)
 
-so that ⟨R_m q, R_n k⟩ = ⟨q, R_{n−m} k⟩ depends on the offset only (RoFormer Eq. 16). Which
-features form a pair is the *layout*:
+so that ⟨R_m q, R_n k⟩ = ⟨q, R_{n−m} k⟩ depends on the offset only (RoFormer Eq. 16).
+Which features form a pair is the *layout*:
 
 * ``"interleaved"``: pairs (2i, 2i+1) — RoFormer, GPT-J, Meta's original Llama code;
 * ``"half"``: pairs (i, i + r/2) — GPT-NeoX and Hugging Face's Llama (``rotate_half``).
 
 The two are the same rotation up to a fixed permutation of the features
-(:func:`posenc.layout.pair_permutation`). The element-wise form ``x⊙cos + rotate(x)⊙sin`` used here
-equals the block-diagonal matrix form of :func:`rope_matrix` (RoFormer Eq. 34); the chapter and
-the tests prove and check it.
+(:func:`posenc.layout.pair_permutation`). The element-wise form ``x⊙cos +
+rotate(x)⊙sin`` used here equals the block-diagonal matrix form of :func:`rope_matrix`
+(RoFormer Eq. 34); the chapter and the tests prove and check it.
 """
 
 from __future__ import annotations
@@ -34,24 +34,33 @@ ROPE_LAYOUTS = ("half", "interleaved")
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    """``(x₁, x₂) ↦ (−x₂, x₁)`` on the two halves of the last dimension: the 90° turn of every pair
-    (i, i + r/2) in the ``"half"`` layout. x: (..., r) with r even → (..., r)."""
+    """``(x₁, x₂) ↦ (−x₂, x₁)`` on the two halves of the last dimension: the 90° turn of
+    every pair (i, i + r/2) in the ``"half"`` layout. x: (..., r) with r even → (...,
+    r)."""
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
 
 
 def rotate_interleaved(x: torch.Tensor) -> torch.Tensor:
-    """``(x_{2i}, x_{2i+1}) ↦ (−x_{2i+1}, x_{2i})``: the 90° turn of every adjacent pair in the
-    ``"interleaved"`` layout. x: (..., r) with r even → (..., r)."""
+    """``(x_{2i}, x_{2i+1}) ↦ (−x_{2i+1}, x_{2i})``: the 90° turn of every adjacent pair
+    in the ``"interleaved"`` layout. x: (..., r) with r even → (..., r)."""
     return torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
 
 
 def _check_positions(positions: object, seq_len: int) -> torch.Tensor:
-    if not isinstance(positions, torch.Tensor) or positions.is_complex() or positions.dtype == torch.bool:
-        raise TypeError(f"positions must be a real tensor, got {getattr(positions, 'dtype', type(positions))}")
+    if (
+        not isinstance(positions, torch.Tensor)
+        or positions.is_complex()
+        or positions.dtype == torch.bool
+    ):
+        raise TypeError(
+            "positions must be a real tensor, got "
+            f"{getattr(positions, 'dtype', type(positions))}"
+        )
     if positions.dim() == 0 or positions.shape[-1] != seq_len:
         raise ValueError(
-            f"positions must have shape (T,) (or (..., T)) with T={seq_len}, the length of x, "
+            f"positions must have shape (T,) (or (..., T)) with T={seq_len}, the "
+            "length of x, "
             f"got {tuple(positions.shape)}"
         )
     if positions.is_floating_point() and not torch.isfinite(positions).all():
@@ -66,23 +75,26 @@ def rope_cos_sin(
     layout: str = "half",
     attention_factor: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The cos and sin tables of RoPE, laid out to multiply the rotated features element-wise.
+    """The cos and sin tables of RoPE, laid out to multiply the rotated features
+    element-wise.
 
-    Angles ``m·θ_i`` are formed in float32 whatever the positions' dtype (an angle of 10⁵ radians
-    needs float32's 24-bit mantissa; bfloat16 keeps 8 bits).
+    Angles ``m·θ_i`` are formed in float32 whatever the positions' dtype (an angle of
+    10⁵ radians needs float32's 24-bit mantissa; bfloat16 keeps 8 bits).
 
     Args:
         positions: (..., T) integer or float positions.
         inv_freq: (r/2,) frequencies θ_i in radians per position.
-        layout: ``"half"`` (each angle repeated as [θ_0 … θ_{r/2−1}, θ_0 … θ_{r/2−1}]) or
-            ``"interleaved"`` ([θ_0, θ_0, θ_1, θ_1, …]).
+        layout: ``"half"`` (each angle repeated as [θ_0 … θ_{r/2−1}, θ_0 … θ_{r/2−1}])
+            or ``"interleaved"`` ([θ_0, θ_0, θ_1, θ_1, …]).
         attention_factor: multiplies cos and sin (YaRN's temperature; 1 otherwise).
 
     Returns:
         ``(cos, sin)``, float32, each (..., T, r).
     """
     layout = check_choice("layout", layout, ROPE_LAYOUTS)
-    angles = positions.to(torch.float32)[..., None] * inv_freq.to(device=positions.device, dtype=torch.float32)
+    angles = positions.to(torch.float32)[..., None] * inv_freq.to(
+        device=positions.device, dtype=torch.float32
+    )
     if layout == "half":
         angles = torch.cat((angles, angles), dim=-1)
     else:
@@ -99,21 +111,27 @@ def apply_rope(
     layout: str = "half",
     attention_factor: float = 1.0,
 ) -> torch.Tensor:
-    """Rotate the features of queries or keys by their positions (RoFormer §3.4.2, Eq. 34).
+    """Rotate the features of queries or keys by their positions (RoFormer §3.4.2, Eq.
+    34).
 
-    ``x ↦ x⊙cos + rotate(x)⊙sin`` on the first ``rotary_dim = 2·len(inv_freq)`` features; the
-    remaining ``head_dim − rotary_dim`` features pass unchanged (partial rotary, as in GPT-NeoX and
-    GPT-J). cos and sin are computed in float32, multiplied by ``attention_factor`` and cast to
-    x's dtype before the products, as Hugging Face's Llama does.
+    ``x ↦ x⊙cos + rotate(x)⊙sin`` on the first ``rotary_dim = 2·len(inv_freq)``
+    features; the remaining ``head_dim − rotary_dim`` features pass unchanged (partial
+    rotary, as in GPT-NeoX and GPT-J). cos and sin are computed in float32, multiplied
+    by ``attention_factor`` and cast to x's dtype before the products, as Hugging Face's
+    Llama does.
 
     Args:
         x: (..., T, head_dim) float, e.g. (B, H, T, d_h).
-        positions: (T,) integer or float positions, or any shape (..., T) that broadcasts against
-            x's leading dimensions, e.g. (B, 1, T) for per-sequence offsets.
+        positions: (T,) integer or float positions, or any shape (..., T) that
+            broadcasts against x's leading dimensions, e.g. (B, 1, T) for per-sequence
+            offsets.
         inv_freq: (rotary_dim/2,) frequencies in radians per position; default
-            ``base^(−2i/head_dim)`` (full rotary), e.g. from :func:`posenc.scaling.rope_inv_freq`.
-        base: frequency base b when ``inv_freq`` is None (10000 in RoFormer, 500000 in Llama 3).
-        layout: ``"half"`` (pairs (i, i + r/2)) or ``"interleaved"`` (pairs (2i, 2i + 1)).
+            ``base^(−2i/head_dim)`` (full rotary), e.g. from
+            :func:`posenc.scaling.rope_inv_freq`.
+        base: frequency base b when ``inv_freq`` is None (10000 in RoFormer, 500000 in
+            Llama 3).
+        layout: ``"half"`` (pairs (i, i + r/2)) or ``"interleaved"`` (pairs (2i, 2i +
+            1)).
         attention_factor: scales cos and sin, hence every score by its square (YaRN).
 
     Returns:
@@ -121,14 +139,17 @@ def apply_rope(
 
     Raises:
         TypeError: if x is not a floating tensor or positions not a real tensor.
-        ValueError: odd head_dim; inv_freq not 1-D or rotary_dim > head_dim; positions whose last
-            dimension is not T; non-finite positions; unknown layout; base not finite and > 0.
+        ValueError: odd head_dim; inv_freq not 1-D or rotary_dim > head_dim; positions
+            whose last dimension is not T; non-finite positions; unknown layout; base
+            not finite and > 0.
 
-    Source: Su et al. 2021, RoFormer, §3.2 (Eq. 12–16) and §3.4.2 (Eq. 34); half layout from
-    GPT-NeoX / Hugging Face ``rotate_half``.
+    Source: Su et al. 2021, RoFormer, §3.2 (Eq. 12–16) and §3.4.2 (Eq. 34); half layout
+    from GPT-NeoX / Hugging Face ``rotate_half``.
     """
     if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-        raise TypeError(f"x must be a floating tensor, got {getattr(x, 'dtype', type(x))}")
+        raise TypeError(
+            f"x must be a floating tensor, got {getattr(x, 'dtype', type(x))}"
+        )
     if x.dim() < 2:
         raise ValueError(f"x must have shape (..., T, head_dim), got {tuple(x.shape)}")
     head_dim = check_even_dim("head_dim", x.shape[-1])
@@ -137,11 +158,18 @@ def apply_rope(
     if inv_freq is None:
         inv_freq = compute_inv_freq(head_dim, check_base(base), device=x.device)
     if inv_freq.dim() != 1 or inv_freq.numel() == 0:
-        raise ValueError(f"inv_freq must have shape (rotary_dim/2,), got {tuple(inv_freq.shape)}")
+        raise ValueError(
+            f"inv_freq must have shape (rotary_dim/2,), got {tuple(inv_freq.shape)}"
+        )
     rotary_dim = 2 * inv_freq.numel()
     if rotary_dim > head_dim:
-        raise ValueError(f"rotary_dim = 2·len(inv_freq) = {rotary_dim} must not exceed head_dim = {head_dim}")
-    cos, sin = rope_cos_sin(positions, inv_freq, layout=layout, attention_factor=attention_factor)
+        raise ValueError(
+            f"rotary_dim = 2·len(inv_freq) = {rotary_dim} must not exceed head_dim = "
+            f"{head_dim}"
+        )
+    cos, sin = rope_cos_sin(
+        positions, inv_freq, layout=layout, attention_factor=attention_factor
+    )
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     rotate = rotate_half if layout == "half" else rotate_interleaved
     x_rot, x_pass = x[..., :rotary_dim], x[..., rotary_dim:]
@@ -149,15 +177,22 @@ def apply_rope(
     return torch.cat((rotated, x_pass), dim=-1) if rotary_dim < head_dim else rotated
 
 
-def rope_matrix(position: float, inv_freq: torch.Tensor, *, layout: str = "half", head_dim: int | None = None) -> torch.Tensor:
-    """The rotation R_{Θ,m} of one position as an explicit (head_dim, head_dim) matrix (RoFormer
-    Eq. 15): the naive reference for :func:`apply_rope` (``apply_rope(x) == x @ R.T``). O(d²) per
-    position; for teaching and tests.
+def rope_matrix(
+    position: float,
+    inv_freq: torch.Tensor,
+    *,
+    layout: str = "half",
+    head_dim: int | None = None,
+) -> torch.Tensor:
+    """The rotation R_{Θ,m} of one position as an explicit (head_dim, head_dim) matrix
+    (RoFormer Eq. 15): the naive reference for :func:`apply_rope` (``apply_rope(x) == x
+    @ R.T``). O(d²) per position; for teaching and tests.
 
     Args:
         position: the position m (float).
         inv_freq: (r/2,) frequencies. layout: as in :func:`apply_rope`.
-        head_dim: total width (≥ r); the features beyond r are left unchanged. Default r.
+        head_dim: total width (≥ r); the features beyond r are left unchanged. Default
+            r.
 
     Returns:
         float64 matrix (head_dim, head_dim), orthogonal.
@@ -166,7 +201,9 @@ def rope_matrix(position: float, inv_freq: torch.Tensor, *, layout: str = "half"
     half = inv_freq.numel()
     head_dim = 2 * half if head_dim is None else head_dim
     if head_dim < 2 * half:
-        raise ValueError(f"head_dim = {head_dim} must be at least rotary_dim = {2 * half}")
+        raise ValueError(
+            f"head_dim = {head_dim} must be at least rotary_dim = {2 * half}"
+        )
     matrix = torch.eye(head_dim, dtype=torch.float64)
     for i, theta in enumerate(inv_freq.double().tolist()):
         a, b = (2 * i, 2 * i + 1) if layout == "interleaved" else (i, i + half)
@@ -185,34 +222,56 @@ def _row(positions: torch.Tensor, i: int) -> torch.Tensor:
 
 @register_scheme
 class RotaryScheme(PositionalScheme):
-    """RoPE at plug-in point 2: queries and keys are rotated by their positions before the scores.
+    """RoPE at plug-in point 2: queries and keys are rotated by their positions before
+    the scores.
 
     Args:
         d_model, num_heads: model sizes (head_dim = d_model / num_heads must be even).
         base: frequency base b. layout: ``"half"`` or ``"interleaved"``.
         rotary_dim: features rotated per head (even, ≤ head_dim); default head_dim.
-        scaling: None or a context-extension dict for :func:`posenc.scaling.rope_inv_freq`
-            (``{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}``).
-            For ``"dynamic"`` the current length is ``max(k_positions) + 1`` of each call.
+        scaling: None or a context-extension dict for
+            :func:`posenc.scaling.rope_inv_freq` (``{"rope_type": "yarn", "factor": 4.0,
+            "original_max_position_embeddings": 64}``). For ``"dynamic"`` the current
+            length is ``max(k_positions) + 1`` of each call.
 
     Source: Su et al. 2021, RoFormer, §3.4; scaling: see :mod:`posenc.scaling`.
     """
 
     name = "rope"
 
-    def __init__(self, *, d_model: int, num_heads: int, base: float = 10000.0, layout: str = "half",
-                 rotary_dim: int | None = None, scaling: dict | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        num_heads: int,
+        base: float = 10000.0,
+        layout: str = "half",
+        rotary_dim: int | None = None,
+        scaling: dict | None = None,
+    ) -> None:
         super().__init__(d_model=d_model, num_heads=num_heads)
         check_even_dim("head_dim", self.head_dim)
         self.base = check_base(base)
         self.layout = check_choice("layout", layout, ROPE_LAYOUTS)
-        self.rotary_dim = self.head_dim if rotary_dim is None else check_even_dim("rotary_dim", rotary_dim)
+        self.rotary_dim = (
+            self.head_dim
+            if rotary_dim is None
+            else check_even_dim("rotary_dim", rotary_dim)
+        )
         if self.rotary_dim > self.head_dim:
-            raise ValueError(f"rotary_dim = {self.rotary_dim} must not exceed head_dim = {self.head_dim}")
+            raise ValueError(
+                f"rotary_dim = {self.rotary_dim} must not exceed head_dim = "
+                f"{self.head_dim}"
+            )
         self.scaling = check_scaling(scaling)  # validated now, not mid-forward
-        self.dynamic = self.scaling is not None and self.scaling["rope_type"] == "dynamic"
-        # every type but "dynamic" has fixed frequencies: computed once, moved with the module
-        inv_freq, self.attention_factor = rope_inv_freq(self.rotary_dim, self.base, self.scaling)
+        self.dynamic = (
+            self.scaling is not None and self.scaling["rope_type"] == "dynamic"
+        )
+        # every type but "dynamic" has fixed frequencies: computed once, moved with the
+        # module
+        inv_freq, self.attention_factor = rope_inv_freq(
+            self.rotary_dim, self.base, self.scaling
+        )
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def transform_qk(self, q, k, q_positions, k_positions):
@@ -220,8 +279,11 @@ class RotaryScheme(PositionalScheme):
         (B, 1, T)."""
         if self.dynamic:
             return self._transform_dynamic(q, k, q_positions, k_positions)
-        rope = dict(inv_freq=self.inv_freq.to(q.device), layout=self.layout,
-                    attention_factor=self.attention_factor)
+        rope = dict(
+            inv_freq=self.inv_freq.to(q.device),
+            layout=self.layout,
+            attention_factor=self.attention_factor,
+        )
         return apply_rope(q, q_positions, **rope), apply_rope(k, k_positions, **rope)
 
     def _transform_dynamic(self, q, k, q_positions, k_positions):
@@ -230,30 +292,45 @@ class RotaryScheme(PositionalScheme):
         a row of a batch is rotated as it would be alone (Hugging Face takes one
         maximum over the batch)."""
         if k_positions.dim() > 1 and k_positions.shape[0] > 1:
-            rows = [self._transform_dynamic(q[i : i + 1], k[i : i + 1],
-                                            _row(q_positions, i), _row(k_positions, i))
-                    for i in range(q.shape[0])]
+            rows = [
+                self._transform_dynamic(
+                    q[i : i + 1],
+                    k[i : i + 1],
+                    _row(q_positions, i),
+                    _row(k_positions, i),
+                )
+                for i in range(q.shape[0])
+            ]
             return torch.cat([qi for qi, _ in rows]), torch.cat([ki for _, ki in rows])
         seq_len = int(k_positions.max()) + 1 if k_positions.numel() else 1
-        inv_freq, factor = rope_inv_freq(self.rotary_dim, self.base, self.scaling,
-                                         seq_len=seq_len)
-        rope = dict(inv_freq=inv_freq.to(q.device), layout=self.layout,
-                    attention_factor=factor)
+        inv_freq, factor = rope_inv_freq(
+            self.rotary_dim, self.base, self.scaling, seq_len=seq_len
+        )
+        rope = dict(
+            inv_freq=inv_freq.to(q.device), layout=self.layout, attention_factor=factor
+        )
         return apply_rope(q, q_positions, **rope), apply_rope(k, k_positions, **rope)
 
     def extra_repr(self) -> str:
-        return (f"{super().extra_repr()}, base={self.base}, layout={self.layout!r}, rotary_dim={self.rotary_dim}, "
-                f"scaling={self.scaling}")
+        return (
+            f"{super().extra_repr()}, base={self.base}, layout={self.layout!r}, "
+            f"rotary_dim={self.rotary_dim}, "
+            f"scaling={self.scaling}"
+        )
 
 
-def long_term_decay(distances: torch.Tensor, head_dim: int, base: float = 10000.0) -> torch.Tensor:
-    """RoFormer's upper bound on the rotary score as a function of the relative distance (§3.4.3).
+def long_term_decay(
+    distances: torch.Tensor, head_dim: int, base: float = 10000.0
+) -> torch.Tensor:
+    """RoFormer's upper bound on the rotary score as a function of the relative distance
+    (§3.4.3).
 
-    Writing the score as Re Σ_i h_i e^{i(m−n)θ_i} with h_i the product of the i-th complex pairs of q
-    and k, Abel summation bounds it by (max_i |h_{i+1} − h_i|) · Σ_{j=1}^{d/2} |S_j|, with partial sums
-    S_j = Σ_{k=0}^{j−1} e^{i(m−n)θ_k}. This returns the relative size (1/(d/2)) Σ_j |S_j|, the curve
-    of the paper's Figure 2; it is (d/2 + 1)/2 at distance 0 (every |S_j| = j) and decays, with
-    oscillation, as the distance grows.
+    Writing the score as Re Σ_i h_i e^{i(m−n)θ_i} with h_i the product of the i-th
+    complex pairs of q and k, Abel summation bounds it by (max_i |h_{i+1} − h_i|) ·
+    Σ_{j=1}^{d/2} |S_j|, with partial sums S_j = Σ_{k=0}^{j−1} e^{i(m−n)θ_k}. This
+    returns the relative size (1/(d/2)) Σ_j |S_j|, the curve of the paper's Figure 2; it
+    is (d/2 + 1)/2 at distance 0 (every |S_j| = j) and decays, with oscillation, as the
+    distance grows.
 
     Args:
         distances: (N,) relative distances m − n (int or float). head_dim: d (even).
@@ -270,9 +347,10 @@ def long_term_decay(distances: torch.Tensor, head_dim: int, base: float = 10000.
 
 
 def convert_rope_layout(model, layout: str):
-    """The same trained model for the other RoPE layout: a copy whose scheme uses ``layout`` and
-    whose query and key projections have their output rows permuted within every head, so that the
-    logits are unchanged (:func:`posenc.layout.pair_permutation`: R_half = P R_interleaved Pᵀ).
+    """The same trained model for the other RoPE layout: a copy whose scheme uses
+    ``layout`` and whose query and key projections have their output rows permuted
+    within every head, so that the logits are unchanged
+    (:func:`posenc.layout.pair_permutation`: R_half = P R_interleaved Pᵀ).
 
     Args:
         model: a :class:`posenc.model.TinyLM` with the "rope" scheme.
@@ -287,17 +365,25 @@ def convert_rope_layout(model, layout: str):
     layout = check_choice("layout", layout, ROPE_LAYOUTS)
     scheme = model.scheme
     if scheme.name != "rope":
-        raise ValueError(f"convert_rope_layout needs a model with the 'rope' scheme, got {scheme.name!r}")
+        raise ValueError(
+            "convert_rope_layout needs a model with the 'rope' scheme, got "
+            f"{scheme.name!r}"
+        )
     converted = model.with_scheme_options(layout=layout)
     if layout == scheme.layout:
         return converted
     perm = pair_permutation(scheme.rotary_dim)
-    # interleaved → half takes feature perm[i] to place i; half → interleaved is the inverse
+    # interleaved → half takes feature perm[i] to place i; half → interleaved is the
+    # inverse
     order = perm if layout == "half" else torch.argsort(perm)
-    order = torch.cat((order, torch.arange(scheme.rotary_dim, scheme.head_dim)))  # unrotated features stay
+    order = torch.cat(
+        (order, torch.arange(scheme.rotary_dim, scheme.head_dim))
+    )  # unrotated features stay
     heads, d_model = converted.config.num_heads, converted.config.d_model
     with torch.no_grad():
         for block in converted.blocks:
             weight = block.attn.qkv.weight.view(3, heads, scheme.head_dim, d_model)
-            weight[:2] = weight[:2, :, order.to(weight.device)]  # queries and keys; values are not rotated
+            weight[:2] = weight[
+                :2, :, order.to(weight.device)
+            ]  # queries and keys; values are not rotated
     return converted

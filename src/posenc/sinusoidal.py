@@ -1,7 +1,8 @@
-"""Sinusoidal absolute position encodings (Vaswani et al. 2017, "Attention Is All You Need", §3.5).
+"""Sinusoidal absolute position encodings (Vaswani et al. 2017, "Attention Is All You
+Need", §3.5).
 
-    PE(pos, 2i)     = sin(pos · θ_i)
-    PE(pos, 2i + 1) = cos(pos · θ_i),       θ_i = b^(−2i/d),  i = 0 … d/2 − 1.
+PE(pos, 2i)     = sin(pos · θ_i)
+PE(pos, 2i + 1) = cos(pos · θ_i),       θ_i = b^(−2i/d),  i = 0 … d/2 − 1.
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ SINUSOIDAL_LAYOUTS = ("interleaved", "concatenated")
 
 
 def compute_inv_freq(
-    dim: int, base: float = 10000.0, *, device: torch.device | str | None = None,
+    dim: int,
+    base: float = 10000.0,
+    *,
+    device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """The inverse frequencies θ_i = base^(−2i/dim), i = 0 … dim/2 − 1, computed in log
@@ -77,8 +81,9 @@ def sinusoidal_encoding(
         dim: even encoding width d.
         base: the frequency base b (10000 in the paper), finite and > 0.
         layout: ``"interleaved"`` — sin on even and cos on odd features, as in the
-            paper — or ``"concatenated"`` — ``[sin | cos]``, as in tensor2tensor and
-            Marian. The two differ by :func:`posenc.layout.pair_permutation`.
+            paper — or ``"concatenated"`` — ``[sin | cos]``, as in Marian. The two
+            differ by :func:`posenc.layout.pair_permutation`. (tensor2tensor and
+            fairseq concatenate too, but with frequencies b^(−i/(d/2−1)).)
         dtype: floating dtype of the result (float32 by default).
 
     Returns:
@@ -122,13 +127,20 @@ class SinusoidalScheme(PositionalScheme):
 
     name = "sinusoidal"
 
-    def __init__(self, *, d_model: int, num_heads: int, base: float = 10000.0,
-                 layout: str = "interleaved") -> None:
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        num_heads: int,
+        base: float = 10000.0,
+        layout: str = "interleaved",
+    ) -> None:
         super().__init__(d_model=d_model, num_heads=num_heads)
         check_even_dim("d_model", d_model)
         self.base = check_base(base)
         self.layout = check_choice("layout", layout, SINUSOIDAL_LAYOUTS)
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        return x + sinusoidal_encoding(positions, self.d_model, self.base, self.layout,
-                                       dtype=x.dtype)
+        return x + sinusoidal_encoding(
+            positions, self.d_model, self.base, self.layout, dtype=x.dtype
+        )

@@ -1,10 +1,11 @@
 """Training and evaluation of the tiny LM, with trained weights cached on disk.
 
-:func:`train` is an AdamW loop (linear warm-up, cosine decay, gradient clipping) with a tqdm
-progress bar. Its result is stored under :func:`cache_dir`, keyed by a hash of the *full*
-configuration — model config, training config and a fingerprint of the corpus bytes — so that
-re-running a notebook, or building the site after testing it, loads the weights instead of
-retraining. The device is not part of the key: weights trained on a GPU are reused on a CPU.
+:func:`train` is an AdamW loop (linear warm-up, cosine decay, gradient clipping) with a
+tqdm progress bar. Its result is stored under :func:`cache_dir`, keyed by a hash of the
+*full* configuration — model config, training config and a fingerprint of the corpus
+bytes — so that re-running a notebook, or building the site after testing it, loads the
+weights instead of retraining. The device is not part of the key: weights trained on a
+GPU are reused on a CPU.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from filelock import FileLock
 from tqdm import TqdmWarning
 
 with warnings.catch_warnings():
-    # In a kernel without ipywidgets, tqdm.auto warns once at import and falls back to a text bar,
-    # which is what we want on a build machine; Colab has ipywidgets and gets the widget.
+    # In a kernel without ipywidgets, tqdm.auto warns once at import and falls back to a
+    # text bar, which is what we want on a build machine; Colab has ipywidgets and gets
+    # the widget.
     warnings.simplefilter("ignore", TqdmWarning)
     from tqdm.auto import tqdm
 
@@ -37,13 +39,14 @@ from .model import ModelConfig, TinyLM
 from .schemes import get_scheme_class
 from .utils import get_device, seed_everything
 
-#: When this environment variable is "1", :func:`train` loads from the cache or raises: the book's
-#: build (the Makefile) sets it, so that a notebook cell never trains (``python -m posenc.prepare``
-#: trains every run of :func:`posenc.experiments.book_runs` first).
+#: When this environment variable is "1", :func:`train` loads from the cache or raises:
+#: the book's build (the Makefile) sets it, so that a notebook cell never trains
+#: (``python -m posenc.prepare`` trains every run of
+#: :func:`posenc.experiments.book_runs` first).
 REQUIRE_CACHED_ENV = "POSENC_REQUIRE_CACHED"
 
 #: Bump when a change to the training code makes old cached weights wrong.
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 
 
 @dataclass
@@ -51,11 +54,12 @@ class TrainConfig:
     """How to train.
 
     Attributes:
-        seq_len: training length L_train (bytes). batch_size: sequences per step. steps: optimiser
-        steps. lr: peak learning rate. warmup_steps: linear warm-up. weight_decay: AdamW decay of
-        the weight matrices (embeddings, biases and norms are not decayed, so rows of a learned
-        table that training never reaches stay exactly at their initial values). grad_clip: max
-        gradient norm. seed: seeds initialisation and batch order.
+        seq_len: training length L_train (bytes). batch_size: sequences per step. steps:
+        optimiser steps. lr: peak learning rate. warmup_steps: linear warm-up.
+        weight_decay: AdamW decay of the weight matrices (embeddings, biases and norms
+        are not decayed, so rows of a learned table that training never reaches stay
+        exactly at their initial values). grad_clip: max gradient norm. seed: seeds
+        initialisation and batch order.
     """
 
     seq_len: int = 64
@@ -83,10 +87,12 @@ class TrainResult:
     Attributes:
         model: the trained TinyLM, in eval mode, on the requested device.
         losses: training loss at every step.
-        seconds: wall time of the training run that produced these weights (not of a cache load).
+        seconds: wall time of the training run that produced these weights (not of a
+            cache load).
         from_cache: whether the weights were loaded from disk.
         key: the cache key.
-        train_config: the training configuration (its ``seq_len`` is the training length).
+        train_config: the training configuration (its ``seq_len`` is the training
+            length).
     """
 
     model: TinyLM
@@ -98,27 +104,38 @@ class TrainResult:
 
 
 def cache_dir() -> Path:
-    """Where trained weights live: ``$POSENC_CACHE_DIR`` if set, else the user cache folder
-    (``~/.cache/posenc`` on Linux, via platformdirs)."""
+    """Where trained weights live: ``$POSENC_CACHE_DIR`` if set, else the user cache
+    folder (``~/.cache/posenc`` on Linux, via platformdirs)."""
     env = os.environ.get("POSENC_CACHE_DIR")
     return Path(env) if env else Path(platformdirs.user_cache_dir("posenc"))
 
 
 def scheme_arguments(model_config: ModelConfig) -> dict:
-    """Every keyword argument the model's scheme is built with: its signature's defaults, overridden
-    by ``scheme_options``. Part of the cache key, so that a changed default retrains instead of
-    loading stale weights, and an option spelled out at its default value shares the cached run."""
-    parameters = inspect.signature(get_scheme_class(model_config.scheme).__init__).parameters
-    defaults = {name: p.default for name, p in parameters.items()
-                if p.kind is p.KEYWORD_ONLY and p.default is not p.empty}
+    """Every keyword argument the model's scheme is built with: its signature's
+    defaults, overridden by ``scheme_options``. Part of the cache key, so that a changed
+    default retrains instead of loading stale weights, and an option spelled out at its
+    default value shares the cached run."""
+    parameters = inspect.signature(
+        get_scheme_class(model_config.scheme).__init__
+    ).parameters
+    defaults = {
+        name: p.default
+        for name, p in parameters.items()
+        if p.kind is p.KEYWORD_ONLY and p.default is not p.empty
+    }
     return {**defaults, **model_config.scheme_options}
 
 
-def cache_key(model_config: ModelConfig, train_config: TrainConfig, corpus: Corpus, *,
-              init_key: str | None = None) -> str:
-    """A stable hash of everything that determines the trained weights: the model config with the
-    scheme's resolved arguments (:func:`scheme_arguments`), the training config, the corpus, and for
-    a fine-tune the key of the weights it started from."""
+def cache_key(
+    model_config: ModelConfig,
+    train_config: TrainConfig,
+    corpus: Corpus,
+    *,
+    init_key: str | None = None,
+) -> str:
+    """A stable hash of everything that determines the trained weights: the model config
+    with the scheme's resolved arguments (:func:`scheme_arguments`), the training
+    config, the corpus, and for a fine-tune the key of the weights it started from."""
     model = {**model_config.to_dict(), "scheme_options": scheme_arguments(model_config)}
     payload = {
         "version": CACHE_VERSION,
@@ -145,7 +162,10 @@ def _optimizer(model: TinyLM, cfg: TrainConfig) -> torch.optim.AdamW:
         for name, p in module.named_parameters(recurse=False):
             is_matrix_weight = isinstance(module, torch.nn.Linear) and name == "weight"
             (decay if is_matrix_weight else no_decay).append(p)
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    groups = [
+        {"params": decay, "weight_decay": cfg.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95))
 
 
@@ -159,10 +179,11 @@ def train(
     progress: bool = True,
     init: TrainResult | None = None,
 ) -> TrainResult:
-    """Train a :class:`TinyLM` on ``corpus`` (default: the stdlib corpus), or load it from the cache.
+    """Train a :class:`TinyLM` on ``corpus`` (default: the stdlib corpus), or load it
+    from the cache.
 
-    Deterministic on the CPU for a given ``train_config.seed``: the seed fixes the initialisation
-    and, through its own generator, the batch order.
+    Deterministic on the CPU for a given ``train_config.seed``: the seed fixes the
+    initialisation and, through its own generator, the batch order.
 
     Args:
         model_config, train_config: the full configuration (and the cache key).
@@ -171,8 +192,8 @@ def train(
         use_cache: load from / save to :func:`cache_dir`.
         progress: show a tqdm progress bar.
         init: start from this trained model's weights (fine-tuning) instead of a fresh
-            initialisation; its cache key becomes part of this one. The model configs may differ in
-            scheme options that hold no weights (a RoPE ``scaling``).
+            initialisation; its cache key becomes part of this one. The model configs
+            may differ in scheme options that hold no weights (a RoPE ``scaling``).
 
     Returns:
         A :class:`TrainResult` whose model is in eval mode.
@@ -182,37 +203,69 @@ def train(
     """
     corpus = corpus if corpus is not None else load_stdlib_corpus()
     device = torch.device(device) if device is not None else get_device()
-    key = cache_key(model_config, train_config, corpus, init_key=None if init is None else init.key)
+    key = cache_key(
+        model_config, train_config, corpus, init_key=None if init is None else init.key
+    )
     path = cache_dir() / f"{key}.pt"
     if use_cache:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(path) + ".lock"):  # two processes asking for one config train it once
+        with FileLock(
+            str(path) + ".lock"
+        ):  # two processes asking for one config train it once
             if path.exists():
                 return _load(path, model_config, train_config, key, device)
             if os.environ.get(REQUIRE_CACHED_ENV) == "1":
                 raise RuntimeError(
-                    f"{REQUIRE_CACHED_ENV}=1 and run {key} (scheme {model_config.scheme!r}, options "
-                    f"{model_config.scheme_options}, seq_len {train_config.seq_len}) is not in {cache_dir()}: the "
-                    "build trains every model before the notebooks run; add this run to "
-                    "posenc.experiments.book_runs() and run `python -m posenc.prepare`")
-            result = _train(model_config, train_config, corpus, device, key, progress, init)
+                    f"{REQUIRE_CACHED_ENV}=1 and run {key} (scheme "
+                    f"{model_config.scheme!r}, options "
+                    f"{model_config.scheme_options}, seq_len {train_config.seq_len}) "
+                    f"is not in {cache_dir()}: the "
+                    "build trains every model before the notebooks run; add this run "
+                    "to "
+                    "posenc.experiments.book_runs() and run `python -m posenc.prepare`"
+                )
+            result = _train(
+                model_config, train_config, corpus, device, key, progress, init
+            )
             tmp = path.with_suffix(".tmp")
-            torch.save({"state_dict": {k: v.cpu() for k, v in result.model.state_dict().items()},
-                        "losses": result.losses, "seconds": result.seconds}, tmp)
+            torch.save(
+                {
+                    "state_dict": {
+                        k: v.cpu() for k, v in result.model.state_dict().items()
+                    },
+                    "losses": result.losses,
+                    "seconds": result.seconds,
+                },
+                tmp,
+            )
             os.replace(tmp, path)
             return result
     return _train(model_config, train_config, corpus, device, key, progress, init)
 
 
-def _load(path: Path, model_config: ModelConfig, train_config: TrainConfig, key: str,
-          device: torch.device) -> TrainResult:
+def _load(
+    path: Path,
+    model_config: ModelConfig,
+    train_config: TrainConfig,
+    key: str,
+    device: torch.device,
+) -> TrainResult:
     blob = torch.load(path, map_location="cpu", weights_only=True)
     model = TinyLM(model_config)
     model.load_state_dict(blob["state_dict"])
-    return TrainResult(model.to(device).eval(), list(blob["losses"]), float(blob["seconds"]), True, key, train_config)
+    return TrainResult(
+        model.to(device).eval(),
+        list(blob["losses"]),
+        float(blob["seconds"]),
+        True,
+        key,
+        train_config,
+    )
 
 
-def _train(model_config, cfg: TrainConfig, corpus: Corpus, device, key, progress, init=None) -> TrainResult:
+def _train(
+    model_config, cfg: TrainConfig, corpus: Corpus, device, key, progress, init=None
+) -> TrainResult:
     generator = seed_everything(cfg.seed)
     model = TinyLM(model_config)
     if init is not None:
@@ -222,11 +275,22 @@ def _train(model_config, cfg: TrainConfig, corpus: Corpus, device, key, progress
     losses: list[float] = []
     start = time.perf_counter()
     model.train()
-    bar = tqdm(range(cfg.steps), desc=f"train {model_config.scheme}", disable=not progress, mininterval=1.0)
+    bar = tqdm(
+        range(cfg.steps),
+        desc=f"train {model_config.scheme}",
+        disable=not progress,
+        mininterval=1.0,
+    )
     for step in bar:
         for group in opt.param_groups:
             group["lr"] = _lr_at(step, cfg)
-        x, y = get_batch(corpus.train, cfg.batch_size, cfg.seq_len, generator=generator, device=device)
+        x, y = get_batch(
+            corpus.train,
+            cfg.batch_size,
+            cfg.seq_len,
+            generator=generator,
+            device=device,
+        )
         loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -236,12 +300,15 @@ def _train(model_config, cfg: TrainConfig, corpus: Corpus, device, key, progress
         if step % 50 == 0:
             bar.set_postfix(loss=f"{losses[-1]:.3f}")
     bar.close()
-    return TrainResult(model.eval(), losses, time.perf_counter() - start, False, key, cfg)
+    return TrainResult(
+        model.eval(), losses, time.perf_counter() - start, False, key, cfg
+    )
 
 
 @dataclass(frozen=True)
 class EvalResult:
-    """Validation loss (nats per byte), perplexity (e^loss) and bits per byte at one length."""
+    """Validation loss (nats per byte), perplexity (e^loss) and bits per byte at one
+    length."""
 
     seq_len: int
     loss: float
@@ -257,23 +324,30 @@ class EvalResult:
 
 
 @torch.no_grad()
-def token_losses(model: TinyLM, data: torch.Tensor, seq_len: int, *, max_tokens: int = 32768,
-                 batch_size: int = 16) -> torch.Tensor:
+def token_losses(
+    model: TinyLM,
+    data: torch.Tensor,
+    seq_len: int,
+    *,
+    max_tokens: int = 32768,
+    batch_size: int = 16,
+) -> torch.Tensor:
     """Next-byte cross-entropy (nats) at every position of every evaluation window.
 
-    The first ``max_tokens`` bytes of ``data`` are cut into non-overlapping windows of length
-    ``seq_len`` (:func:`posenc.data.eval_windows`) and scored in eval mode.
+    The first ``max_tokens`` bytes of ``data`` are cut into non-overlapping windows of
+    length ``seq_len`` (:func:`posenc.data.eval_windows`) and scored in eval mode.
 
     Args:
-        model: a TinyLM. data: uint8 (N,) bytes. seq_len: window length T (may exceed the training
-        length). max_tokens: bytes to score. batch_size: windows per forward pass.
+        model: a TinyLM. data: uint8 (N,) bytes. seq_len: window length T (may exceed
+        the training length). max_tokens: bytes to score. batch_size: windows per
+        forward pass.
 
     Returns:
         float32 tensor (num_windows, seq_len) on the CPU.
 
     Raises:
-        ValueError: if no window fits; whatever the model raises for the length (a learned table
-        shorter than ``seq_len``).
+        ValueError: if no window fits; whatever the model raises for the length (a
+        learned table shorter than ``seq_len``).
     """
     batch_size = check_int("batch_size", batch_size, minimum=1)
     x_all, y_all = eval_windows(data, seq_len, max_tokens)
@@ -283,20 +357,31 @@ def token_losses(model: TinyLM, data: torch.Tensor, seq_len: int, *, max_tokens:
     losses = []
     try:
         for i in range(0, x_all.shape[0], batch_size):
-            x, y = x_all[i:i + batch_size].to(device), y_all[i:i + batch_size].to(device)
+            x, y = (
+                x_all[i : i + batch_size].to(device),
+                y_all[i : i + batch_size].to(device),
+            )
             logits = model(x).float()
-            losses.append(F.cross_entropy(logits.transpose(1, 2), y, reduction="none").cpu())
+            losses.append(
+                F.cross_entropy(logits.transpose(1, 2), y, reduction="none").cpu()
+            )
     finally:
         model.train(was_training)
     return torch.cat(losses)
 
 
-def evaluate(model: TinyLM, data: torch.Tensor, seq_len: int, *, max_tokens: int = 32768,
-             batch_size: int = 16) -> EvalResult:
+def evaluate(
+    model: TinyLM,
+    data: torch.Tensor,
+    seq_len: int,
+    *,
+    max_tokens: int = 32768,
+    batch_size: int = 16,
+) -> EvalResult:
     """Mean next-byte cross-entropy of ``model`` on windows of length ``seq_len``.
 
-    Every position of every window counts (see :func:`token_losses`). Evaluating the same text at
-    several lengths is how extrapolation is measured.
+    Every position of every window counts (see :func:`token_losses`). Evaluating the
+    same text at several lengths is how extrapolation is measured.
 
     Returns:
         An :class:`EvalResult` (loss in nats per byte, perplexity, bits per byte).
@@ -304,17 +389,27 @@ def evaluate(model: TinyLM, data: torch.Tensor, seq_len: int, *, max_tokens: int
     Raises:
         As :func:`token_losses`.
     """
-    losses = token_losses(model, data, seq_len, max_tokens=max_tokens, batch_size=batch_size)
+    losses = token_losses(
+        model, data, seq_len, max_tokens=max_tokens, batch_size=batch_size
+    )
     return EvalResult(seq_len, float(losses.double().mean()), losses.numel())
 
 
-def loss_by_position(model: TinyLM, data: torch.Tensor, seq_len: int, *, max_tokens: int = 32768) -> torch.Tensor:
-    """Mean loss (nats) at each position 0 … seq_len − 1, averaged over the evaluation windows:
+def loss_by_position(
+    model: TinyLM, data: torch.Tensor, seq_len: int, *, max_tokens: int = 32768
+) -> torch.Tensor:
+    """Mean loss (nats) at each position 0 … seq_len − 1, averaged over the evaluation
+    windows:
     where in a long window a model starts to fail. float32 (seq_len,)."""
     return token_losses(model, data, seq_len, max_tokens=max_tokens).mean(dim=0)
 
 
-def perplexity_by_length(model: TinyLM, data: torch.Tensor, lengths, *, max_tokens: int = 32768) -> dict[int, float]:
-    """``{seq_len: validation perplexity}`` for each length, all on the same first ``max_tokens``
-    bytes of ``data``."""
-    return {int(n): evaluate(model, data, int(n), max_tokens=max_tokens).perplexity for n in lengths}
+def perplexity_by_length(
+    model: TinyLM, data: torch.Tensor, lengths, *, max_tokens: int = 32768
+) -> dict[int, float]:
+    """``{seq_len: validation perplexity}`` for each length, all on the same first
+    ``max_tokens`` bytes of ``data``."""
+    return {
+        int(n): evaluate(model, data, int(n), max_tokens=max_tokens).perplexity
+        for n in lengths
+    }

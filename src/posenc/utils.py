@@ -13,7 +13,8 @@ from ._checks import check_int
 def get_device() -> torch.device:
     """The best available device: ``cuda``, else ``mps``, else ``cpu``.
 
-    Notebooks call this once and pass the device on; no code path in posenc forces the CPU.
+    Notebooks call this once and pass the device on; no code path in posenc forces the
+    CPU.
 
     Returns:
         A ``torch.device``.
@@ -33,8 +34,9 @@ def seed_everything(seed: int) -> torch.Generator:
         seed: a non-negative integer.
 
     Returns:
-        A fresh CPU ``torch.Generator`` seeded with ``seed``, for code that wants its own stream
-        (batch sampling uses one, so that model initialisation does not shift the data order).
+        A fresh CPU ``torch.Generator`` seeded with ``seed``, for code that wants its
+        own stream (batch sampling uses one, so that model initialisation does not shift
+        the data order).
 
     Raises:
         TypeError: if ``seed`` is not an integer. ValueError: if it is negative.
