@@ -332,4 +332,19 @@ def book_runs(scale: str = "small") -> list[BookRun]:
                 label=f"rope fine-tuned ×{CONTEXT_FACTOR}, {name}",
             )
         )
+    # Dynamic NTK set to s = 4 runs at s' = 4·4 − 3 = 13 when fine-tuned at 4L; with
+    # factor 1 it runs at s' = 4 there: the comparison at a matched effective factor.
+    dynamic_matched = {
+        "rope_type": "dynamic",
+        "factor": 1.0,
+        "original_max_position_embeddings": train_len,
+    }
+    runs.append(
+        BookRun.of(
+            "rope",
+            fine_tune_multiple=CONTEXT_FACTOR,
+            fine_tune_options={"scaling": dynamic_matched},
+            label=f"rope fine-tuned ×{CONTEXT_FACTOR}, dynamic NTK, factor 1",
+        )
+    )
     return runs
