@@ -186,8 +186,9 @@ def test_chapter_buttons_number_and_notebook(browser, base_url, chapter):
     assert number and number.strip().rstrip(".").isdigit(), f"{chapter}: chapter heading has no number ({number!r})"
 
 
-CODE_OVERFLOW = """
-return Array.from(document.querySelectorAll('div.highlight-python pre'))
+PACKAGE_LISTINGS = "div.highlight-default pre, div.highlight-python pre"
+CODE_OVERFLOW = f"""
+return Array.from(document.querySelectorAll('{PACKAGE_LISTINGS}'))
   .filter(p => p.scrollWidth > p.clientWidth + 1)
   .map(p => [p.textContent.split('\\n').reduce((a, b) => a.length >= b.length ? a : b, ''),
              p.clientWidth, p.scrollWidth]);
@@ -201,6 +202,12 @@ def test_package_source_fits_the_column(browser, base_url, chapter):
     lines of tests/test_hygiene.py)."""
     browser.get(f"{base_url}/{chapter}.html")
     assert browser.execute_script("return window.innerWidth") == 1280
+    listings = browser.execute_script(f"return document.querySelectorAll('{PACKAGE_LISTINGS}').length")
+    includes = (ROOT / f"{chapter}.ipynb").read_text().count("{literalinclude}")
+    assert listings >= includes, f"{chapter}: {includes} literalincludes, {listings} listings found"
+    font = browser.execute_script(
+        f"const p = document.querySelector('{PACKAGE_LISTINGS}'); return p && getComputedStyle(p).fontSize")
+    assert font in (None, "12px"), f"{chapter}: package listings in a {font} font (book/_assets/posenc.css)"
     overflowing = browser.execute_script(CODE_OVERFLOW)
     assert overflowing == [], f"{chapter}: code blocks cut at the right edge (longest line, width, needed): {overflowing[:3]}"
 
