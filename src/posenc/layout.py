@@ -6,13 +6,14 @@ in use:
 * ``"interleaved"``: pair i lives at features (2i, 2i + 1) — Vaswani et al.
   (sinusoidal), RoFormer, GPT-J and Meta's Llama (RoPE);
 * ``"concatenated"`` / ``"half"``: pair i lives at features (i, i + d/2) — ``[sin |
-  cos]`` tables (Marian; tensor2tensor and fairseq, with other frequencies) and GPT-NeoX
-  / Hugging Face Llama (RoPE).
+  cos]`` tables (Hugging Face's MarianMT port; tensor2tensor, fairseq and the Marian
+  toolkit, with other frequencies) and GPT-NeoX / Hugging Face Llama (RoPE).
 
 With the same frequencies they hold the same numbers in a different order;
-:func:`pair_permutation` is that order. (tensor2tensor's and fairseq's tables also use
-the frequencies b^(−i/(d/2−1)) instead of the paper's b^(−2i/d): no permutation converts
-them.)
+:func:`pair_permutation` is that order: it converts between the paper's sinusoidal
+table and Hugging Face MarianMT's. (tensor2tensor, fairseq and the Marian toolkit use
+the frequencies b^(−i/(d/2−1)) instead of the paper's b^(−2i/d): no permutation
+converts their tables.)
 """
 
 from __future__ import annotations

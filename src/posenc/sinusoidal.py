@@ -81,9 +81,10 @@ def sinusoidal_encoding(
         dim: even encoding width d.
         base: the frequency base b (10000 in the paper), finite and > 0.
         layout: ``"interleaved"`` — sin on even and cos on odd features, as in the
-            paper — or ``"concatenated"`` — ``[sin | cos]``, as in Marian. The two
-            differ by :func:`posenc.layout.pair_permutation`. (tensor2tensor and
-            fairseq concatenate too, but with frequencies b^(−i/(d/2−1)).)
+            paper — or ``"concatenated"`` — ``[sin | cos]``, as in Hugging Face's
+            MarianMT port. The two differ by :func:`posenc.layout.pair_permutation`.
+            (tensor2tensor, fairseq and the Marian toolkit concatenate too, but with
+            frequencies b^(−i/(d/2−1)).)
         dtype: floating dtype of the result (float32 by default).
 
     Returns:
