@@ -7,15 +7,16 @@ threads, and shows one progress bar over the runs. Training thus never happens i
 notebook cell, where a cell timeout or a busy machine could decide whether the book
 builds; the chapters load the cached weights.
 
-Why one thread per process: on a 2-core machine, two processes of one thread each keep
-both cores busy with no synchronisation, while torch's intra-op threads (OpenMP)
-spin-wait on each other and slow down many times over as soon as another program takes a
-core. ``--threads`` lets you measure it (the closing note of the issue that introduced
-this step gives the numbers).
+Why one thread per process: torch's intra-op threads (OpenMP) spin-wait on each other, and
+slow down many times over as soon as another program takes a core. Measured with
+``python -m posenc.prepare --compare-threads 400`` (two of the book's runs, 400 steps each,
+on the 2-core machine; wall seconds, idle / beside one busy process): 2 processes × 1 thread
+28 / 34; 1 × 2 threads 30 / 92; 2 × 2 87 / 128; 1 × 1 41 / 42.
 
 Usage::
 
     python -m posenc.prepare [--scale small|large] [--workers N] [--threads T] [--list]
+    python -m posenc.prepare --compare-threads STEPS
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ import os
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import replace
 
 import torch
 
-from .experiments import SCALES, BookRun, book_runs
+from .experiments import SCALES, BookRun, book_runs, experiment_config
 from .train import REQUIRE_CACHED_ENV, cache_dir, cache_key, tqdm
 
 
@@ -159,6 +161,45 @@ def prepare(
     return seconds
 
 
+def _time_steps(args: tuple[str, int, int]) -> float:
+    from .data import load_stdlib_corpus
+    from .train import train
+
+    scheme, steps, threads = args
+    torch.set_num_threads(threads)
+    model_cfg, train_cfg = experiment_config(scheme)
+    start = time.perf_counter()
+    train(
+        model_cfg,
+        replace(train_cfg, steps=steps),
+        load_stdlib_corpus(),
+        device="cpu",
+        use_cache=False,
+        progress=False,
+    )
+    return time.perf_counter() - start
+
+
+def compare_threads(
+    steps: int, schemes=("rope", "shaw")
+) -> dict[tuple[int, int], float]:
+    """Wall seconds to train ``schemes`` (``steps`` steps each, not cached) with W worker
+    processes × T torch threads, for (W, T) in (2, 1), (1, 2), (2, 2), (1, 1): how the
+    thread count of :func:`prepare` was chosen. Process start-up is included."""
+    seconds = {}
+    for workers, threads in ((2, 1), (1, 2), (2, 2), (1, 1)):
+        start = time.perf_counter()
+        with ProcessPoolExecutor(
+            workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_worker,
+            initargs=(threads,),
+        ) as pool:
+            list(pool.map(_time_steps, [(s, steps, threads) for s in schemes]))
+        seconds[workers, threads] = time.perf_counter() - start
+    return seconds
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m posenc.prepare", description=__doc__.split("\n\n")[0]
@@ -174,7 +215,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--list", action="store_true", help="list the runs and whether each is cached"
     )
+    parser.add_argument(
+        "--compare-threads",
+        type=int,
+        metavar="STEPS",
+        help="time two runs of STEPS steps with 1 or 2 processes × 1 or 2 "
+        "threads, and exit",
+    )
     args = parser.parse_args(argv)
+    if args.compare_threads:
+        for (workers, threads), secs in compare_threads(args.compare_threads).items():
+            print(f"{workers} process(es) × {threads} thread(s): {secs:.1f} s")
+        return 0
     if args.list:
         from .data import load_stdlib_corpus
 
