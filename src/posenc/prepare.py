@@ -7,11 +7,11 @@ threads, and shows one progress bar over the runs. Training thus never happens i
 notebook cell, where a cell timeout or a busy machine could decide whether the book
 builds; the chapters load the cached weights.
 
-Why one thread per process: torch's intra-op threads (OpenMP) spin-wait on each other, and
-slow down many times over as soon as another program takes a core. Measured with
-``python -m posenc.prepare --compare-threads 400`` (two of the book's runs, 400 steps each,
-on the 2-core machine; wall seconds, idle / beside one busy process): 2 processes × 1 thread
-28 / 34; 1 × 2 threads 30 / 92; 2 × 2 87 / 128; 1 × 1 41 / 42.
+Why one thread per process: torch's intra-op threads (OpenMP) spin-wait on each other,
+and slow down many times over as soon as another program takes a core. Measured with
+``python -m posenc.prepare --compare-threads 400`` (two of the book's runs, 400 steps
+each, on the 2-core machine; wall seconds, idle / beside one busy process): 2 processes
+× 1 thread 28 / 34; 1 × 2 threads 30 / 92; 2 × 2 87 / 128; 1 × 1 41 / 42.
 
 Usage::
 
@@ -183,9 +183,9 @@ def _time_steps(args: tuple[str, int, int]) -> float:
 def compare_threads(
     steps: int, schemes=("rope", "shaw")
 ) -> dict[tuple[int, int], float]:
-    """Wall seconds to train ``schemes`` (``steps`` steps each, not cached) with W worker
-    processes × T torch threads, for (W, T) in (2, 1), (1, 2), (2, 2), (1, 1): how the
-    thread count of :func:`prepare` was chosen. Process start-up is included."""
+    """Wall seconds to train ``schemes`` (``steps`` steps each, not cached) with W
+    worker processes × T torch threads, for (W, T) in (2, 1), (1, 2), (2, 2), (1, 1):
+    how the thread count of :func:`prepare` was chosen. Process start-up is included."""
     seconds = {}
     for workers, threads in ((2, 1), (1, 2), (2, 2), (1, 1)):
         start = time.perf_counter()
