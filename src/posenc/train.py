@@ -263,35 +263,38 @@ def _load(
     )
 
 
-def _train(
-    model_config, cfg: TrainConfig, corpus: Corpus, device, key, progress, init=None
-) -> TrainResult:
-    generator = seed_everything(cfg.seed)
-    model = TinyLM(model_config)
-    if init is not None:
-        model.load_state_dict(init.model.state_dict())
-    model = model.to(device)
+def fit(
+    model: torch.nn.Module,
+    cfg: TrainConfig,
+    next_batch,
+    *,
+    progress: bool = True,
+    desc: str = "train",
+) -> tuple[list[float], float]:
+    """The optimisation loop every training run shares: AdamW (decay on the weight
+    matrices only), linear warm-up then cosine decay (:func:`_lr_at`), gradient
+    clipping at ``cfg.grad_clip``, a tqdm bar.
+
+    Args:
+        model: a TinyLM, left in train mode while it runs.
+        cfg: steps, learning rate and its schedule, weight decay, clipping.
+        next_batch: ``next_batch() -> (x, y)`` int64 (B, T) inputs and targets on the
+            model's device; a target of −100 is not scored (a probe's prompt).
+        progress: show the bar. desc: its label.
+
+    Returns:
+        ``(loss at every step, wall seconds)``.
+    """
     opt = _optimizer(model, cfg)
     losses: list[float] = []
     start = time.perf_counter()
     model.train()
-    bar = tqdm(
-        range(cfg.steps),
-        desc=f"train {model_config.scheme}",
-        disable=not progress,
-        mininterval=1.0,
-    )
+    bar = tqdm(range(cfg.steps), desc=desc, disable=not progress, mininterval=1.0)
     for step in bar:
         for group in opt.param_groups:
             group["lr"] = _lr_at(step, cfg)
-        x, y = get_batch(
-            corpus.train,
-            cfg.batch_size,
-            cfg.seq_len,
-            generator=generator,
-            device=device,
-        )
-        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        x, y = next_batch()
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=-100)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -300,9 +303,32 @@ def _train(
         if step % 50 == 0:
             bar.set_postfix(loss=f"{losses[-1]:.3f}")
     bar.close()
-    return TrainResult(
-        model.eval(), losses, time.perf_counter() - start, False, key, cfg
+    model.eval()
+    return losses, time.perf_counter() - start
+
+
+def _train(
+    model_config, cfg: TrainConfig, corpus: Corpus, device, key, progress, init=None
+) -> TrainResult:
+    generator = seed_everything(cfg.seed)
+    model = TinyLM(model_config)
+    if init is not None:
+        model.load_state_dict(init.model.state_dict())
+    model = model.to(device)
+
+    def next_batch():
+        return get_batch(
+            corpus.train,
+            cfg.batch_size,
+            cfg.seq_len,
+            generator=generator,
+            device=device,
+        )
+
+    losses, seconds = fit(
+        model, cfg, next_batch, progress=progress, desc=f"train {model_config.scheme}"
     )
+    return TrainResult(model, losses, seconds, False, key, cfg)
 
 
 @dataclass(frozen=True)
