@@ -68,3 +68,17 @@ def test_folder_with_too_few_files(tmp_path):
     (tmp_path / "one.txt").write_text("x")
     with pytest.raises(ValueError, match="need at least 10 files"):
         load_text_corpus(tmp_path)
+
+
+def test_recursive_corpus_keeps_file_boundaries_and_leaves_out_test_suites():
+    files = stdlib_source_files(recursive=True)
+    assert len(files) > len(stdlib_source_files()) and files == sorted(files)
+    assert not any({"test", "tests", "idle_test", "site-packages"} & set(f.parts) for f in files)
+    big = load_stdlib_corpus(recursive=True)
+    assert big.val.numel() > 1_000_000 and len(big.val_files) > 50
+    docs = big.val_documents()
+    assert len(docs) == len(big.val_files) and sum(d.numel() for d in docs) == big.val.numel()
+    first = sorted(p for p in files if p.stat().st_size)[9]  # the 10th file is validation
+    assert bytes(docs[0].tolist()) == first.read_bytes()
+    # the top-level corpus is unchanged by the new option (its cache keys stay valid)
+    assert load_stdlib_corpus().fingerprint == load_stdlib_corpus(recursive=False).fingerprint

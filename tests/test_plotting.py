@@ -1,4 +1,5 @@
 import matplotlib
+import pytest
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -13,4 +14,28 @@ def test_length_axes_are_labelled_with_the_lengths():
     assert [t.get_text() for t in a.get_xticklabels()] == ["128", "256", "512"]
     assert [t.get_text() for t in b.get_xticklabels()] == ["64", "128"]
     assert min(a.get_lines()[0].get_ydata()) == 2**-10  # 0 MiB drawn at the 1 KiB floor
+    plt.close(fig)
+
+
+def test_interval_plot_draws_the_interval_of_each_scheme():
+    import pandas as pd
+
+    from posenc.plotting import interval_plot
+
+    rows = [
+        ("a", 64, 64, "language_modeling", "loss_sliding", 2.0, 1.9, 2.2, 3),
+        ("a", 64, 128, "language_modeling", "loss_sliding", 2.5, 2.4, 2.6, 3),
+        ("b", 64, 64, "language_modeling", "loss_sliding", 3.0, float("nan"), float("nan"), 1),
+        ("a", 256, 256, "language_modeling", "loss_sliding", 9.0, 8.0, 10.0, 3),
+    ]
+    columns = ["scheme", "train_length", "eval_length", "task", "metric", "mean", "lower", "upper", "n"]
+    fig, ax = plt.subplots()
+    interval_plot(ax, pd.DataFrame(rows, columns=columns), train_length=64)
+    bars = [c for c in ax.containers]
+    assert len(bars) == 2  # one error-bar series per scheme of this training length
+    (line_a, caps, (segments,)) = bars[0]
+    assert list(line_a.get_ydata()) == [2.0, 2.5]
+    lows = sorted(seg[0][1] for seg in segments.get_segments())
+    assert lows == pytest.approx([1.9, 2.4])
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["64", "128"]
     plt.close(fig)

@@ -8,7 +8,6 @@ sequential maps are ``viridis``, diverging maps ``RdBu_r`` centred on zero. Call
 from __future__ import annotations
 
 import matplotlib as mpl
-import matplotlib.pyplot as plt
 import numpy as np
 from cycler import cycler
 
@@ -158,4 +157,58 @@ def memory_plot(
     _length_axis(ax, list(lengths))
     ax.set(xlabel="sequence length T", ylabel="peak memory (MiB)", title=title)
     ax.legend(fontsize=8)
+    return ax
+
+
+def interval_plot(
+    ax,
+    summary,
+    *,
+    schemes=None,
+    train_length: int = 64,
+    task: str = "language_modeling",
+    metric: str = "loss_sliding",
+    ylabel: str = "validation loss (nats per byte)",
+    title: str = "",
+    styles: dict | None = None,
+):
+    """Mean over seeds with its 95 % confidence interval (error bars) against
+    evaluation length, one line per scheme, from :func:`posenc.study.summarize`.
+
+    Args:
+        ax: the Axes. summary: the DataFrame of :func:`posenc.study.summarize`.
+        schemes: labels to draw, in order (default: every label in ``summary``).
+        train_length: which training length's rows; marked with a dashed line.
+        task, metric: which values. ylabel, title: text.
+        styles: optional ``{scheme: matplotlib keyword arguments}`` (e.g. a grey
+            ``none``), merged over the defaults.
+    """
+    sel = summary[
+        (summary["train_length"] == train_length)
+        & (summary["task"] == task)
+        & (summary["metric"] == metric)
+    ]
+    schemes = (
+        list(schemes) if schemes is not None else list(dict.fromkeys(sel["scheme"]))
+    )
+    styles = styles or {}
+    for i, scheme in enumerate(schemes):
+        rows = sel[sel["scheme"] == scheme].sort_values("eval_length")
+        if rows.empty:
+            continue
+        x, y = rows["eval_length"].to_numpy(), rows["mean"].to_numpy()
+        err = np.vstack([y - rows["lower"].to_numpy(), rows["upper"].to_numpy() - y])
+        kwargs = {
+            "marker": "o",
+            "capsize": 3,
+            "label": scheme,
+            "color": OKABE_ITO[i % len(OKABE_ITO)],
+            "linestyle": "-" if i < len(OKABE_ITO) else "--",
+            **styles.get(scheme, {}),
+        }
+        ax.errorbar(x, y, yerr=np.nan_to_num(err), **kwargs)
+    ax.axvline(train_length, color="0.4", linestyle="--", linewidth=1)
+    _length_axis(ax, sorted(sel["eval_length"].unique()))
+    ax.set(xlabel="evaluation length T (bytes)", ylabel=ylabel, title=title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return ax
