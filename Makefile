@@ -26,7 +26,8 @@ export OMP_NUM_THREADS := 1
 VENDOR := book/_vendor
 ASSETS := $(VENDOR)/node_modules/.package-lock.json
 
-.PHONY: book prepare slides test pytest notebooks strict-book site-tests clean-env-tests clean
+.PHONY: book prepare study study-verify study-check slides test pytest notebooks strict-book \
+	site-tests clean-env-tests clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,7 +56,7 @@ $(ASSETS): $(VENDOR)/package.json $(VENDOR)/package-lock.json
 prepare: $(STAMP)
 	$(BIN)/python -m posenc.prepare
 
-book: prepare $(ASSETS)
+book: prepare study-verify $(ASSETS)
 	$(BIN)/jupyter-book build .
 	$(MAKE) slides
 	@echo "Open _build/html/index.html"
@@ -64,7 +65,21 @@ book: prepare $(ASSETS)
 slides: $(STAMP) $(ASSETS)
 	$(BIN)/jupyter nbconvert --config book/_slides/nbconvert_config.py
 
-test: pytest prepare notebooks strict-book slides site-tests clean-env-tests
+test: pytest prepare study-check notebooks strict-book slides site-tests clean-env-tests
+
+# The study tier (DESIGN.md): the multi-seed length-generalization study, too long for every
+# build (about an hour on 2 cores), stored in src/posenc/results/ with its provenance.
+# `make study` computes what is missing (resumable, one file per run); the book build fails when
+# the stored results do not cover the current grid (study-verify), and `make test` also reruns a
+# sample from scratch and requires the stored values back within a tolerance (study-check).
+study: $(STAMP)
+	$(BIN)/python -m posenc.study
+
+study-verify: $(STAMP)
+	$(BIN)/python -m posenc.study --verify
+
+study-check: $(STAMP)
+	$(BIN)/python -m posenc.study --check
 
 pytest: $(STAMP)
 	$(BIN)/python -m pytest tests/ -m "not site and not clean_env"
@@ -74,7 +89,7 @@ pytest: $(STAMP)
 notebooks: prepare
 	$(BIN)/python -m pytest --nbval-lax --nbval-current-env -n 2 --dist loadfile --durations=10 book/
 
-strict-book: prepare $(ASSETS)
+strict-book: prepare study-verify $(ASSETS)
 	$(BIN)/jupyter-book build . -W -n --keep-going
 
 # Every page and deck of _build/html in headless Chromium (tests/test_site.py).

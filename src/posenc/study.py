@@ -1,0 +1,1147 @@
+"""A controlled, multi-seed study of length generalization (the study tier).
+
+Every registered scheme is trained on the recursive standard-library corpus at a
+training length L with several seeds, a learning rate chosen per scheme by a small
+sweep, and the same data order per seed for every scheme (a paired design); then scored
+at 1×, 2×, 4× and 8× L by two protocols and by three synthetic probes. Each run's result
+is a small JSON file in the repository (``src/posenc/results/<study>/``), keyed by a
+hash of its configuration and stored with its provenance, so that
+
+* ``python -m posenc.study`` (``make study``) runs what is missing and resumes where an
+  interrupted study stopped; a changed scheme changes its keys, so only its own runs
+  rerun;
+* :func:`load_results` returns a pandas DataFrame of the whole grid and raises when the
+  stored files do not cover it (stale);
+* ``python -m posenc.study --check`` (in ``make test``) reruns a stated sample and
+  requires the stored values back within :data:`REPRODUCE_TOLERANCE`.
+
+The design, the protocols and the statistics are explained in the chapter "Length
+generalization: a controlled study". Usage::
+
+    python -m posenc.study [--preset cpu|gpu] [--workers N] [--list] [--check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import multiprocessing
+import os
+import platform
+import sys
+import time
+from collections import defaultdict
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .data import Corpus, load_stdlib_corpus
+from .model import ModelConfig, TinyLM
+from .schemes import available_schemes
+from .train import TrainConfig, cache_key, fit, scheme_arguments, tqdm, train
+from .utils import get_device, seed_everything
+
+#: Bump when a change to the study's code (not to a scheme) changes its results.
+STUDY_VERSION = 1
+
+#: The evaluation lengths, as multiples of the training length.
+MULTIPLES = (1, 2, 4, 8)
+
+#: The probes and what each tests (see :func:`probe_batch`).
+PROBES = {
+    "copy": "repeat a 16-byte segment seen earlier, at a distance that grows with T",
+    "associative_recall": "8 key-value pairs, then the keys in a new order: the values",
+    "passkey": "a 5-byte key hidden at a random depth in noise, asked for at the end",
+}
+
+#: Stored and recomputed values must agree this closely: nats per byte for losses,
+#: proportion for probe accuracies. The runs are deterministic on one CPU and one
+#: torch build; another CPU's kernels round differently, and 1000 steps of training
+#: amplify that, so the tolerance is loose enough for another x86 CPU and tight
+#: against any change to the code path (measured in the chapter).
+REPRODUCE_TOLERANCE = {"loss": 0.02, "accuracy": 0.05}
+
+PRESETS: dict[str, dict] = {
+    # 2-core CPU: about an hour with two processes (the measured wall time is stored)
+    "cpu": {
+        "model": {"d_model": 64, "num_heads": 2, "num_layers": 2},
+        "train": {"seq_len": 64, "batch_size": 32, "steps": 1000, "warmup_steps": 50},
+        "learning_rates": (3e-3, 1e-2, 3e-2),
+        "seeds": (0, 1, 2),
+        "long_length": 256,
+        "long_schemes": ("none", "rope", "alibi"),
+        "long_seeds": (0, 1, 2),
+        "block_every": 8,
+        "long_block_every": 32,
+        "probe_steps": 2000,
+        "probe_batch_size": 16,
+        "probe_lr": 3e-3,
+        "probe_sequences": 192,
+    },
+    # a GPU: a wider model, 5 seeds, every validation block scored
+    "gpu": {
+        "model": {"d_model": 256, "num_heads": 4, "num_layers": 4},
+        "train": {"seq_len": 64, "batch_size": 64, "steps": 4000, "warmup_steps": 200},
+        "learning_rates": (3e-4, 1e-3, 3e-3),
+        "seeds": (0, 1, 2, 3, 4),
+        "long_length": 256,
+        "long_schemes": ("none", "sinusoidal", "learned", "rope", "alibi", "t5"),
+        "long_seeds": (0, 1, 2),
+        "block_every": 1,
+        "long_block_every": 1,
+        "probe_steps": 6000,
+        "probe_batch_size": 32,
+        "probe_lr": 1e-3,
+        "probe_sequences": 1024,
+    },
+}
+
+
+def bucket_variants(train_length: int) -> dict[str, dict]:
+    """Relative schemes whose bucket range is set to the training length, beside their
+    defaults (a range past L leaves the outer buckets untrained): ``{label: {"scheme":
+    ..., "options": ...}}``."""
+    return {
+        "t5, max_distance = L": {
+            "scheme": "t5",
+            "options": {"max_distance": train_length},
+        },
+        "deberta, max_position = L": {
+            "scheme": "deberta",
+            "options": {"max_position": train_length},
+        },
+    }
+
+
+@dataclass(frozen=True)
+class StudyRun:
+    """One cell of the grid.
+
+    Attributes:
+        kind: ``"sweep"`` (seed 0 at one learning rate, scored at L only), ``"lm"``
+            (language modelling, scored at every multiple of L) or ``"probe"``.
+        label: the scheme's name in the results (a bucket variant has its own).
+        scheme: the registered scheme. options: its options, as JSON text.
+        seed: seeds the initialisation and the data order. train_length: L.
+        lr: the peak learning rate.
+        preset: a key of :data:`PRESETS`.
+    """
+
+    kind: str
+    label: str
+    scheme: str
+    options: str
+    seed: int
+    train_length: int
+    lr: float
+    preset: str = "cpu"
+
+    @property
+    def scheme_options(self) -> dict:
+        return json.loads(self.options)
+
+    def configs(self) -> tuple[ModelConfig, TrainConfig]:
+        """The model and training configuration (tokens per step do not depend on
+        L)."""
+        p = PRESETS[self.preset]
+        options = self.scheme_options
+        if self.scheme == "learned":
+            options.setdefault("max_len", 4 * self.train_length)
+        base = TrainConfig(**p["train"])
+        batch_size = max(1, base.batch_size * base.seq_len // self.train_length)
+        if self.kind == "probe":
+            steps, batch_size = p["probe_steps"], p["probe_batch_size"]
+        else:
+            steps = base.steps
+        train_cfg = replace(
+            base,
+            seq_len=self.train_length,
+            batch_size=batch_size,
+            steps=steps,
+            lr=self.lr,
+            seed=self.seed,
+        )
+        return ModelConfig(scheme=self.scheme, scheme_options=options, **p["model"]), (
+            train_cfg
+        )
+
+    def evaluation(self) -> dict:
+        """What is scored: part of the key, so a changed protocol reruns."""
+        p = PRESETS[self.preset]
+        if self.kind == "sweep":
+            return {"protocol": "sliding", "multiples": [1], "block_every": 4}
+        if self.kind == "probe":
+            return {
+                "probes": sorted(PROBES),
+                "multiples": list(MULTIPLES),
+                "sequences": p["probe_sequences"],
+            }
+        long = self.train_length != p["train"]["seq_len"]
+        return {
+            "protocol": "sliding+matched",
+            "multiples": list(MULTIPLES),
+            "block_every": p["long_block_every" if long else "block_every"],
+        }
+
+    def key(self, corpus: Corpus) -> str:
+        """A stable hash of everything that determines this run's results."""
+        model_cfg, train_cfg = self.configs()
+        payload = {
+            "study": STUDY_VERSION,
+            "kind": self.kind,
+            "train": cache_key(model_cfg, train_cfg, corpus),
+            "scheme_arguments": scheme_arguments(model_cfg),
+            "evaluation": self.evaluation(),
+        }
+        text = json.dumps(payload, sort_keys=True, default=str)
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        return f"{self.kind}-{self.scheme}-s{self.seed}-L{self.train_length}-{digest}"
+
+
+# --- the data and the probes ---------------------------------------------------------
+
+
+def study_corpus() -> Corpus:
+    """The study's corpus: the recursive standard library (:func:`posenc.data.
+    load_stdlib_corpus` with ``recursive=True``), whose validation split is over 1 MB
+    in many files."""
+    return load_stdlib_corpus(recursive=True)
+
+
+#: Byte ranges of the probes' vocabulary: noise, keys and values never overlap.
+_NOISE = (1, 128)
+_SYMBOLS = (128, 160)
+_VALUES = (192, 224)
+_MARK, _QUERY = 0, 255
+
+
+def _randint(lo_hi, shape, generator):
+    return torch.randint(lo_hi[0], lo_hi[1], shape, generator=generator)
+
+
+def _distinct(lo_hi, batch, count, generator):
+    return (
+        torch.argsort(torch.rand(batch, lo_hi[1] - lo_hi[0], generator=generator))[
+            :, :count
+        ]
+        + lo_hi[0]
+    )
+
+
+def probe_batch(
+    task: str, batch_size: int, seq_len: int, *, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Synthetic sequences that only a model that retrieves over a distance can
+    complete.
+
+    * ``copy``: noise, a segment of 16 distinct bytes, noise, then the segment again;
+      the targets are the repeated segment's bytes 2 … 16 (induction: each follows the
+      byte it followed before).
+    * ``associative_recall``: 8 key–value pairs, noise, then the 8 keys in a random
+      order, each followed by its value; the values are the targets (multi-query
+      associative recall, Arora et al. 2023).
+    * ``passkey``: noise with a marker and 5 key bytes at a uniformly random depth, then
+      a query marker; the 5 key bytes are the targets (Mohtashami & Jaggi 2023).
+
+    Noise, keys and values come from disjoint byte ranges, so the answer is never
+    ambiguous; the distance to retrieve over grows with ``seq_len``.
+
+    Args:
+        task: a key of :data:`PROBES`. batch_size: B. seq_len: T ≥ 40.
+        generator: CPU generator (reproducible sequences).
+
+    Returns:
+        ``(x, y, depth)``: int64 (B, T) inputs and targets, with −100 where nothing is
+        scored, and float (B,) the depth of the needle in [0, 1] (its start / T).
+
+    Raises:
+        ValueError: unknown task, or seq_len < 40.
+    """
+    if task not in PROBES:
+        raise ValueError(f"task must be one of {sorted(PROBES)}, got {task!r}")
+    if seq_len < 40:
+        raise ValueError(f"seq_len must be >= 40 for the probes, got {seq_len}")
+    B, n = batch_size, seq_len + 1
+    seq = _randint(_NOISE, (B, n), generator)
+    y_mask = torch.zeros(B, n, dtype=torch.bool)
+    rows = torch.arange(B)[:, None]
+    if task == "copy":
+        k = 16
+        seg = _distinct(_SYMBOLS, B, k, generator)
+        start = torch.randint(0, n - 2 * k - 1, (B, 1), generator=generator)
+        first = start + torch.arange(k)
+        second = (n - k) + torch.arange(k)
+        seq[rows, first] = seg
+        seq[:, second] = seg
+        y_mask[:, second[1:]] = True
+        depth = start[:, 0].float() / seq_len
+    elif task == "associative_recall":
+        pairs = 8
+        keys = _distinct(_SYMBOLS, B, pairs, generator)
+        values = _randint(_VALUES, (B, pairs), generator)
+        seq[:, 0 : 2 * pairs : 2], seq[:, 1 : 2 * pairs : 2] = keys, values
+        order = torch.argsort(torch.rand(B, pairs, generator=generator))
+        q0 = n - 2 * pairs
+        seq[:, q0::2] = keys.gather(1, order)
+        seq[:, q0 + 1 :: 2] = values.gather(1, order)
+        y_mask[:, q0 + 1 :: 2] = True
+        depth = torch.zeros(B)
+    else:  # passkey
+        k = 5
+        key = _randint(_SYMBOLS, (B, k), generator)
+        start = torch.randint(0, n - 2 * (k + 1), (B, 1), generator=generator)
+        seq[rows, start] = _MARK
+        seq[rows, start + 1 + torch.arange(k)] = key
+        q0 = n - (k + 1)
+        seq[:, q0] = _QUERY
+        seq[:, q0 + 1 :] = key
+        y_mask[:, q0 + 1 :] = True
+        depth = start[:, 0].float() / seq_len
+    x, y = seq[:, :-1], seq[:, 1:].clone()
+    y[~y_mask[:, 1:]] = -100
+    return x, y, depth
+
+
+@torch.no_grad()
+def probe_accuracy(
+    model: TinyLM,
+    task: str,
+    seq_len: int,
+    *,
+    sequences: int,
+    seed: int = 12345,
+    batch_size: int = 32,
+) -> dict[str, float]:
+    """Accuracy (argmax = target) on the scored bytes of ``sequences`` fresh probe
+    sequences of length ``seq_len``: ``{"accuracy": ..., "accuracy_depth_0.00": ...,
+    ...}`` with the needle's depth in quarters for ``copy`` and ``passkey``."""
+    generator = torch.Generator().manual_seed(seed)
+    device = next(model.parameters()).device
+    hits, depths = [], []
+    for i in range(0, sequences, batch_size):
+        x, y, depth = probe_batch(
+            task, min(batch_size, sequences - i), seq_len, generator=generator
+        )
+        pred = model(x.to(device)).argmax(-1).cpu()
+        scored = y != -100
+        hits.append(((pred == y) & scored).sum(1).float() / scored.sum(1))
+        depths.append(depth)
+    hit, depth = torch.cat(hits), torch.cat(depths)
+    out = {"accuracy": float(hit.mean())}
+    if task != "associative_recall":
+        quarter = (depth * 4).clamp(max=3.999).floor()
+        for q in range(4):
+            sel = quarter == q
+            if sel.any():
+                out[f"accuracy_depth_{q / 4:.2f}"] = float(hit[sel].mean())
+    return out
+
+
+# --- language-modelling evaluation --------------------------------------------------
+
+
+@torch.no_grad()
+def window_losses(
+    model: TinyLM,
+    documents: list[torch.Tensor],
+    train_length: int,
+    multiples=MULTIPLES,
+    *,
+    block_every: int = 1,
+    tokens_per_batch: int = 16384,
+) -> dict:
+    """Score validation documents block by block at several window lengths.
+
+    Each document's next-byte targets are cut into blocks of L = ``train_length``
+    bytes; every ``block_every``-th block (counted over the whole split) is scored, at
+    each window length E = m·L, by the window of E bytes that ends with the block
+    (fewer near the start of a document: windows never cross a document boundary). Only
+    the block's L bytes are scored, so each byte is predicted with between E − L and
+    E − 1 bytes of context: the sliding-window evaluation with stride L of Press et al.
+    (2022, §B). A block with at least (max E − L) bytes before it in its document (the
+    largest E requested, also where the scheme cannot run it) is
+    *matched*: it is scored with exactly E − L preceding bytes at every E, so comparing
+    E's on matched blocks changes only the context, never the bytes scored.
+
+    Args:
+        model: a TinyLM. documents: uint8 tensors, one per file. train_length: L.
+        multiples: the E / L values; lengths past the scheme's ``max_positions`` are
+            skipped. block_every: score one block in this many. tokens_per_batch:
+            forward-pass size.
+
+    Returns:
+        ``{"sliding": {E: mean loss}, "matched": {E: mean loss}, "blocks": n scored,
+        "matched_blocks": n matched, "bytes": bytes scored, "position": list, mean loss
+        at each position of the full-length windows of the largest E}`` (nats).
+    """
+    limit = model.scheme.max_positions
+    lengths = [m * train_length for m in multiples]
+    # matched blocks are those with room for the largest *requested* window, also for a
+    # scheme that cannot run it (a learned table), so that every scheme's matched set
+    # is the same
+    threshold = max(lengths) - train_length
+    lengths = [e for e in lengths if limit is None or e <= limit]
+    longest = max(lengths)
+    device = next(model.parameters()).device
+    blocks = []  # (document, end of the block's targets, matched)
+    counter = 0
+    for d, doc in enumerate(documents):
+        targets = doc.numel() - 1
+        for end in range(train_length, targets + 1, train_length):
+            if counter % block_every == 0:
+                blocks.append((d, end, end - train_length >= threshold))
+            counter += 1
+    sliding, matched, position = {}, {}, None
+    for E in lengths:
+        windows = defaultdict(list)  # window length -> [(doc, start, block index)]
+        for i, (d, end, _) in enumerate(blocks):
+            start = max(0, end - E)
+            windows[end - start].append((d, start, i))
+        block_loss = torch.empty(len(blocks), dtype=torch.float64)
+        pos_sum, pos_n = None, 0
+        for length, items in windows.items():
+            per = max(1, tokens_per_batch // length)
+            for j in range(0, len(items), per):
+                chunk = items[j : j + per]
+                seqs = torch.stack(
+                    [documents[d][s : s + length + 1] for d, s, _ in chunk]
+                ).long()
+                x, y = seqs[:, :-1].to(device), seqs[:, 1:].to(device)
+                loss = (
+                    F.cross_entropy(
+                        model(x).float().transpose(1, 2), y, reduction="none"
+                    )
+                    .double()
+                    .cpu()
+                )
+                idx = torch.tensor([i for _, _, i in chunk])
+                block_loss[idx] = loss[:, -train_length:].mean(1)
+                if E == longest and length == E:
+                    pos_sum = loss.sum(0) if pos_sum is None else pos_sum + loss.sum(0)
+                    pos_n += loss.shape[0]
+        is_matched = torch.tensor([m for _, _, m in blocks])
+        sliding[E] = float(block_loss.mean())
+        if is_matched.any():
+            matched[E] = float(block_loss[is_matched].mean())
+        if pos_sum is not None:
+            position = (pos_sum / pos_n).tolist()
+    return {
+        "sliding": sliding,
+        "matched": matched,
+        "blocks": len(blocks),
+        "matched_blocks": int(sum(m for _, _, m in blocks)),
+        "bytes": len(blocks) * train_length,
+        "position": position,
+    }
+
+
+# --- running one cell ---------------------------------------------------------------
+
+
+def _provenance() -> dict:
+    import posenc
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "posenc": posenc.__version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu": cpu,
+        "threads": torch.get_num_threads(),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _curve(losses: list[float], every: int = 10) -> list[float]:
+    """Training losses averaged over consecutive groups of ``every`` steps."""
+    return [
+        round(sum(losses[i : i + every]) / len(losses[i : i + every]), 4)
+        for i in range(0, len(losses), every)
+    ]
+
+
+def execute(run: StudyRun, corpus: Corpus | None = None, *, device=None) -> dict:
+    """Train and score one cell of the grid; the record :func:`run_study` stores.
+
+    Language-modelling runs go through :func:`posenc.train.train` (their weights are
+    cached like the book's); probe runs train on :func:`probe_batch` and are not cached.
+    """
+    corpus = corpus if corpus is not None else study_corpus()
+    device = torch.device(device) if device is not None else get_device()
+    model_cfg, train_cfg = run.configs()
+    start = time.perf_counter()
+    rows: list[dict] = []
+    extra: dict = {}
+    if run.kind == "probe":
+        generator = seed_everything(train_cfg.seed)
+        model = TinyLM(model_cfg).to(device)
+        tasks = sorted(PROBES)
+        step = iter(range(10**9))
+
+        def next_batch():
+            task = tasks[next(step) % len(tasks)]
+            x, y, _ = probe_batch(
+                task, train_cfg.batch_size, train_cfg.seq_len, generator=generator
+            )
+            return x.to(device), y.to(device)
+
+        losses, train_seconds = fit(model, train_cfg, next_batch, progress=False)
+        limit = model.scheme.max_positions
+        sequences = run.evaluation()["sequences"]
+        for m in MULTIPLES:
+            E = m * run.train_length
+            if limit is not None and E > limit:
+                continue
+            for task in tasks:
+                for metric, value in probe_accuracy(
+                    model, task, E, sequences=sequences
+                ).items():
+                    rows.append(_row(task, metric, E, value))
+    else:
+        result = train(model_cfg, train_cfg, corpus, device=device, progress=False)
+        losses, train_seconds, model = result.losses, result.seconds, result.model
+        extra["weights_from_cache"] = result.from_cache
+        spec = run.evaluation()
+        scores = window_losses(
+            model,
+            corpus.val_documents(),
+            run.train_length,
+            spec["multiples"],
+            block_every=spec["block_every"],
+        )
+        for protocol in ("sliding", "matched"):
+            for E, value in scores[protocol].items():
+                rows.append(_row("language_modeling", f"loss_{protocol}", E, value))
+        extra.update({k: scores[k] for k in ("blocks", "matched_blocks", "bytes")})
+        if run.kind == "lm":
+            extra["position_loss"] = [round(v, 4) for v in scores["position"]]
+    return {
+        "key": run.key(corpus),
+        "run": asdict(run),
+        "model": {
+            **model_cfg.to_dict(),
+            "scheme_options": scheme_arguments(model_cfg),
+            "d_head": model_cfg.d_model // model_cfg.num_heads,
+        },
+        "train": asdict(train_cfg),
+        "evaluation": run.evaluation(),
+        "corpus": [corpus.name, corpus.fingerprint],
+        "parameters": TinyLM(model_cfg).num_parameters(),
+        "rows": rows,
+        "train_loss": _curve(losses),
+        **extra,
+        "provenance": {
+            **_provenance(),
+            "device": str(device),
+            "train_seconds": round(train_seconds, 2),
+            "wall_seconds": round(time.perf_counter() - start, 2),
+        },
+    }
+
+
+def _row(task: str, metric: str, eval_length: int, value: float) -> dict:
+    return {
+        "task": task,
+        "metric": metric,
+        "eval_length": int(eval_length),
+        "value": float(value),
+    }
+
+
+# --- the grid -------------------------------------------------------------------------
+
+
+def results_dir(name: str = "length_generalization") -> Path:
+    """Where the study's results are stored: ``src/posenc/results/<name>/`` (inside
+    the package, so an installed posenc carries them)."""
+    return Path(__file__).parent / "results" / name
+
+
+def _stored(name: str, preset: str) -> dict[str, dict]:
+    folder = results_dir(name if preset == "cpu" else f"{name}-{preset}")
+    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
+
+
+def _schemes(train_length: int) -> dict[str, tuple[str, dict]]:
+    """``{label: (scheme, options)}``: every registered scheme at its defaults, then the
+    bucket variants."""
+    out = {name: (name, {}) for name in available_schemes()}
+    for label, v in bucket_variants(train_length).items():
+        out[label] = (v["scheme"], v["options"])
+    return out
+
+
+def sweep_runs(preset: str = "cpu") -> list[StudyRun]:
+    """Phase 1: each registered scheme, seed 0, at each learning rate of the preset."""
+    p = PRESETS[preset]
+    L = p["train"]["seq_len"]
+    return [
+        StudyRun("sweep", name, name, "{}", 0, L, lr, preset)
+        for name in available_schemes()
+        for lr in p["learning_rates"]
+    ]
+
+
+def best_learning_rates(
+    records: dict[str, dict], preset: str = "cpu", corpus: Corpus | None = None
+) -> dict[str, float]:
+    """``{scheme: the swept learning rate with the lowest validation loss at L}``, from
+    the stored sweep records; raises KeyError naming a missing sweep run."""
+    corpus = corpus if corpus is not None else study_corpus()
+    best: dict[str, tuple[float, float]] = {}
+    for run in sweep_runs(preset):
+        key = run.key(corpus)
+        if key not in records:
+            raise KeyError(f"sweep run {key} ({run.scheme}, lr {run.lr}) is missing")
+        (row,) = [r for r in records[key]["rows"] if r["metric"] == "loss_sliding"]
+        if run.scheme not in best or row["value"] < best[run.scheme][1]:
+            best[run.scheme] = (run.lr, row["value"])
+    return {scheme: lr for scheme, (lr, _) in best.items()}
+
+
+def main_runs(lrs: dict[str, float], preset: str = "cpu") -> list[StudyRun]:
+    """Phase 2, given each scheme's learning rate: every scheme (and bucket variant)
+    × every seed at L for language modelling; every scheme × every seed at L for the
+    probes (at the preset's ``probe_lr``); the long-L schemes × their seeds at the
+    preset's longer L."""
+    p = PRESETS[preset]
+    L = p["train"]["seq_len"]
+    runs = []
+    for label, (scheme, options) in _schemes(L).items():
+        text = json.dumps(options, sort_keys=True)
+        kinds = ("lm", "probe") if not options else ("lm",)
+        for kind in kinds:
+            # the probes train at one stated learning rate for every scheme
+            lr = p["probe_lr"] if kind == "probe" else lrs[scheme]
+            runs += [
+                StudyRun(kind, label, scheme, text, s, L, lr, preset)
+                for s in p["seeds"]
+            ]
+    for scheme in p["long_schemes"]:
+        runs += [
+            StudyRun(
+                "lm", scheme, scheme, "{}", s, p["long_length"], lrs[scheme], preset
+            )
+            for s in p["long_seeds"]
+        ]
+    return runs
+
+
+def _run_cell(run: StudyRun, device: str) -> dict:
+    return execute(run, study_corpus(), device=device)
+
+
+def _init_worker() -> None:
+    torch.set_num_threads(1)
+    os.environ.pop("POSENC_REQUIRE_CACHED", None)
+
+
+def _execute_all(runs, folder: Path, corpus, workers: int, device: str, desc: str):
+    todo = [r for r in runs if not (folder / f"{r.key(corpus)}.json").exists()]
+    if not todo:
+        return 0.0
+    folder.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    bar = tqdm(total=len(todo), desc=desc, unit="run", file=sys.stdout)
+    # the slowest cells first, so that the processes finish together
+    todo.sort(key=lambda r: (r.kind != "lm", -r.train_length))
+
+    def store(run: StudyRun, record: dict) -> None:
+        path = folder / f"{record['key']}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record, indent=None) + "\n")
+        os.replace(tmp, path)
+        bar.update(1)
+        bar.set_postfix_str(
+            f"{run.kind} {run.label} s{run.seed}: "
+            f"{record['provenance']['wall_seconds']:.0f} s"
+        )
+
+    if workers == 0:  # in this process, one cell after another
+        for run in todo:
+            store(run, execute(run, corpus, device=device))
+    else:
+        with ProcessPoolExecutor(
+            max_workers=workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_worker,
+        ) as pool:
+            futures = {pool.submit(_run_cell, r, device): r for r in todo}
+            while futures:
+                done, _ = wait(futures, return_when=FIRST_COMPLETED)
+                for future in done:
+                    store(futures.pop(future), future.result())
+    bar.close()
+    return time.perf_counter() - start
+
+
+def run_study(
+    name: str = "length_generalization",
+    *,
+    preset: str = "cpu",
+    workers: int | None = None,
+    device: str = "cpu",
+    kinds=("sweep", "lm", "probe"),
+    prune: bool = True,
+) -> dict:
+    """Run every missing cell of the grid (resumable), then, when every kind was run,
+    drop stored files that no longer belong to it. Returns ``{"wall_seconds": ...,
+    "runs": n}``.
+
+    Args:
+        name: the study's folder under :func:`results_dir`. preset: a key of
+            :data:`PRESETS`. workers: processes (default: usable cores; 1 on a GPU;
+            0 runs every cell in this process).
+        device: where to run. kinds: run only these kinds of cells (the sweep always
+            runs first: the main runs depend on it). prune: drop stale files.
+
+    Raises:
+        ValueError: unknown preset.
+    """
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
+    if workers is None:
+        workers = 1 if device != "cpu" else len(os.sched_getaffinity(0))
+    folder = results_dir(name if preset == "cpu" else f"{name}-{preset}")
+    corpus = study_corpus()
+    wall = _execute_all(
+        sweep_runs(preset), folder, corpus, workers, device, "learning-rate sweep"
+    )
+    lrs = best_learning_rates(_stored(name, preset), preset, corpus)
+    runs = sweep_runs(preset) + main_runs(lrs, preset)
+    chosen = [r for r in runs if r.kind in kinds]
+    wall += _execute_all(chosen, folder, corpus, workers, device, "study")
+    keep = {r.key(corpus) for r in runs}
+    if prune and set(kinds) >= {"sweep", "lm", "probe"}:
+        for path in folder.glob("*.json"):
+            if path.stem not in keep:
+                path.unlink()
+    return {"wall_seconds": wall, "runs": len(runs)}
+
+
+def grid(preset: str = "cpu", name: str = "length_generalization") -> list[StudyRun]:
+    """Every run of the grid, with the learning rates read from the stored sweep."""
+    corpus = study_corpus()
+    lrs = best_learning_rates(_stored(name, preset), preset, corpus)
+    return sweep_runs(preset) + main_runs(lrs, preset)
+
+
+class StaleResultsError(RuntimeError):
+    """The stored results do not cover the current grid: run ``make study``."""
+
+
+def load_records(
+    name: str = "length_generalization", *, preset: str = "cpu", strict: bool = True
+) -> list[dict]:
+    """The stored record of every run of the current grid (see :func:`execute`).
+
+    With ``strict=False`` the runs of the grid that are stored so far (a study still
+    running, or interrupted) are returned instead of raising.
+
+    Raises:
+        StaleResultsError: a run of the grid has no stored result (its configuration,
+        a scheme's defaults, the corpus or the study's code changed, or a scheme was
+        added): the message names the runs and the command that recomputes them.
+    """
+    records = _stored(name, preset)
+    corpus = study_corpus()
+    try:
+        lrs = best_learning_rates(records, preset, corpus)
+    except KeyError as err:
+        if not strict:
+            keys = {r.key(corpus) for r in sweep_runs(preset)}
+            return [rec for key, rec in records.items() if key in keys]
+        raise StaleResultsError(
+            f"the stored study {name!r} is stale: {err.args[0]}; run `make study` "
+            "(python -m posenc.study)"
+        ) from None
+    runs = sweep_runs(preset) + main_runs(lrs, preset)
+    missing = [r for r in runs if r.key(corpus) not in records]
+    if not strict:
+        return [records[r.key(corpus)] for r in runs if r not in missing]
+    if missing:
+        names = ", ".join(f"{r.kind} {r.label} seed {r.seed}" for r in missing[:6])
+        raise StaleResultsError(
+            f"the stored study {name!r} is stale: {len(missing)} of {len(runs)} runs "
+            f"have no stored result for the current configuration ({names}"
+            f"{', ...' if len(missing) > 6 else ''}); run `make study` "
+            "(python -m posenc.study)"
+        )
+    return [records[r.key(corpus)] for r in runs]
+
+
+def load_results(
+    name: str = "length_generalization", *, preset: str = "cpu", strict: bool = True
+):
+    """The study's results as a long pandas DataFrame, one row per measured value.
+
+    Columns: ``scheme`` (the label: a registered scheme, or a bucket variant such as
+    "t5, max_distance = L"), ``seed``, ``train_length``, ``eval_length`` (bytes),
+    ``task`` ("language_modeling" or a probe of :data:`PROBES`), ``metric``
+    (``loss_sliding`` and ``loss_matched`` in nats per byte, ``accuracy`` and
+    ``accuracy_depth_*`` as proportions), ``value``, and ``kind`` ("sweep", "lm",
+    "probe"), ``lr``, ``parameters``, ``key``.
+
+    Args:
+        name: the study. preset: ``"cpu"`` (the stored study) or ``"gpu"``.
+        strict: raise when the grid is not fully stored; False returns what is.
+
+    Raises:
+        StaleResultsError: as :func:`load_records`.
+    """
+    import pandas as pd
+
+    rows = []
+    for rec in load_records(name, preset=preset, strict=strict):
+        run = rec["run"]
+        for row in rec["rows"]:
+            if run["kind"] == "sweep" and row["metric"] != "loss_sliding":
+                continue  # at E = L every block is "matched": the same number again
+            rows.append(
+                {
+                    "scheme": run["label"],
+                    "seed": run["seed"],
+                    "train_length": run["train_length"],
+                    **row,
+                    "kind": run["kind"],
+                    "lr": run["lr"],
+                    "parameters": rec["parameters"],
+                    "key": rec["key"],
+                }
+            )
+    columns = [
+        "scheme",
+        "seed",
+        "train_length",
+        "eval_length",
+        "task",
+        "metric",
+        "value",
+        "kind",
+        "lr",
+        "parameters",
+        "key",
+    ]
+    return pd.DataFrame(rows, columns=columns)
+
+
+# --- statistics -------------------------------------------------------------------
+
+
+def mean_ci(values, confidence: float = 0.95) -> tuple[float, float, float]:
+    """``(mean, lower, upper)``: the Student-t confidence interval of the mean over
+    seeds (scipy.stats.t); with one value the interval is (nan, nan)."""
+    import numpy as np
+    from scipy import stats
+
+    v = np.asarray(values, dtype=float)
+    mean = float(v.mean())
+    if v.size < 2:
+        return mean, math.nan, math.nan
+    half = float(stats.t.ppf(0.5 + confidence / 2, v.size - 1) * stats.sem(v))
+    return mean, mean - half, mean + half
+
+
+def _main_rows(df):
+    """The rows of the main runs: a sweep run at the chosen rate is seed 0 again (its
+    weights are the same), and at the other rates it is another model."""
+    return df[df["kind"] != "sweep"] if "kind" in df.columns else df
+
+
+def summarize(df, *, confidence: float = 0.95):
+    """Mean and confidence interval over seeds of every (scheme, train_length,
+    eval_length, task, metric) of the main runs (the sweep's rows are left out): a
+    DataFrame with columns ``mean, lower, upper, n``."""
+    import pandas as pd
+
+    df = _main_rows(df)
+    keys = ["scheme", "train_length", "eval_length", "task", "metric"]
+    out = []
+    for values, group in df.groupby(keys, sort=False):
+        mean, lo, hi = mean_ci(group["value"], confidence)
+        out.append((*values, mean, lo, hi, len(group)))
+    return pd.DataFrame(out, columns=keys + ["mean", "lower", "upper", "n"])
+
+
+def paired_difference(df, a: str, b: str, *, confidence: float = 0.95, **where) -> dict:
+    """Scheme ``a`` minus scheme ``b``, seed by seed (the paired design: the same data
+    order per seed), over the main runs' rows (not the sweep's) selected by ``where``
+    (e.g. ``eval_length=512,
+    metric="loss_sliding", train_length=64``).
+
+    Returns:
+        ``{"mean", "lower", "upper", "n", "resolved"}``; ``resolved`` is True when the
+        interval excludes 0.
+
+    Raises:
+        ValueError: if the two schemes share no seed under ``where``.
+    """
+    sel = _main_rows(df)
+    for column, value in where.items():
+        sel = sel[sel[column] == value]
+    ta = sel[sel["scheme"] == a].set_index("seed")["value"]
+    tb = sel[sel["scheme"] == b].set_index("seed")["value"]
+    seeds = sorted(set(ta.index) & set(tb.index))
+    if not seeds:
+        raise ValueError(f"schemes {a!r} and {b!r} share no seed under {where}")
+    diff = [float(ta[s] - tb[s]) for s in seeds]
+    mean, lo, hi = mean_ci(diff, confidence)
+    resolved = bool(not math.isnan(lo) and (lo > 0 or hi < 0))
+    return {
+        "mean": mean,
+        "lower": lo,
+        "upper": hi,
+        "n": len(seeds),
+        "resolved": resolved,
+    }
+
+
+def quote(df, scheme: str, *, digits: int = 2, **where) -> str:
+    """``"mean [lower, upper]"`` over seeds of one scheme's rows under ``where`` (e.g.
+    ``eval_length=512, metric="loss_sliding", train_length=64``): how the chapters
+    quote the study.
+
+    Raises:
+        ValueError: if no row matches.
+    """
+    sel = _main_rows(df)
+    sel = sel[sel["scheme"] == scheme]
+    for column, value in where.items():
+        sel = sel[sel[column] == value]
+    if sel.empty:
+        raise ValueError(f"no stored value for scheme {scheme!r} under {where}")
+    mean, lo, hi = mean_ci(sel["value"])
+    if math.isnan(lo):
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def results_table(
+    df,
+    *,
+    schemes=None,
+    train_length: int = 64,
+    multiples=MULTIPLES,
+    task: str = "language_modeling",
+    metric: str = "loss_sliding",
+    digits: int = 2,
+) -> str:
+    """A Markdown table, one row per scheme and one column per multiple of L, of
+    ``mean [95 % CI]`` over seeds (:func:`quote`); "cannot run" where a scheme cannot
+    process the length (a learned table past its end).
+
+    Args:
+        df: :func:`load_results`. schemes: labels to show, in order (default: all of
+            ``df``'s at this training length). train_length: L. multiples: columns.
+        task, metric: which values. digits: decimals.
+    """
+    sel = _main_rows(df)
+    sel = sel[(sel["train_length"] == train_length) & (sel["task"] == task)]
+    sel = sel[sel["metric"] == metric]
+    schemes = (
+        list(schemes) if schemes is not None else list(dict.fromkeys(sel["scheme"]))
+    )
+    heads = [f"{m}× L = {m * train_length}" for m in multiples]
+    lines = ["| scheme | " + " | ".join(heads) + " |", "|---" * (len(heads) + 1) + "|"]
+    for scheme in schemes:
+        cells = []
+        for m in multiples:
+            try:
+                cells.append(
+                    quote(sel, scheme, digits=digits, eval_length=m * train_length)
+                )
+            except ValueError:
+                cells.append("cannot run")
+        lines.append(f"| {scheme} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# --- reproduction -------------------------------------------------------------------
+
+
+#: What ``--check`` reruns: one seed of two schemes (language modelling) and one probe.
+REPRODUCE_SAMPLE = (("lm", "rope", 0), ("lm", "alibi", 0), ("probe", "alibi", 0))
+
+
+def reproduce(
+    name: str = "length_generalization",
+    *,
+    sample=REPRODUCE_SAMPLE,
+    workers: int | None = None,
+    device: str = "cpu",
+    threads: int = 1,
+) -> list[dict]:
+    """Rerun :data:`REPRODUCE_SAMPLE` from scratch (no cached weights) and compare
+    every value with the stored one.
+
+    ``threads`` > 1 changes the order of floating-point reductions, as another CPU's
+    kernels do: how :data:`REPRODUCE_TOLERANCE` was measured.
+
+    Returns:
+        One dict per compared value: kind, label, metric, eval_length, stored,
+        recomputed, difference, tolerance, ok.
+
+    Raises:
+        StaleResultsError: the stored results do not cover the grid.
+    """
+    records = {r["key"]: r for r in load_records(name)}
+    corpus = study_corpus()
+    wanted = []
+    for rec in records.values():
+        run = StudyRun(**rec["run"])
+        if (run.kind, run.label, run.seed) in sample and run.train_length == PRESETS[
+            run.preset
+        ]["train"]["seq_len"]:
+            wanted.append(run)
+    workers = workers or min(len(wanted), len(os.sched_getaffinity(0)))
+    with ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_init_reproduce_worker,
+        initargs=(threads,),
+    ) as pool:
+        fresh = list(pool.map(_run_cell, wanted, [device] * len(wanted)))
+    out = []
+    for run, new in zip(wanted, fresh, strict=True):
+        old = records[run.key(corpus)]
+        stored = {
+            (r["task"], r["metric"], r["eval_length"]): r["value"] for r in old["rows"]
+        }
+        for r in new["rows"]:
+            ref = stored[(r["task"], r["metric"], r["eval_length"])]
+            tol = REPRODUCE_TOLERANCE["loss" if "loss" in r["metric"] else "accuracy"]
+            diff = r["value"] - ref
+            out.append(
+                {
+                    "kind": run.kind,
+                    "label": run.label,
+                    "task": r["task"],
+                    "metric": r["metric"],
+                    "eval_length": r["eval_length"],
+                    "stored": ref,
+                    "recomputed": r["value"],
+                    "difference": diff,
+                    "tolerance": tol,
+                    "ok": abs(diff) <= tol,
+                }
+            )
+    return out
+
+
+def _init_reproduce_worker(threads: int = 1) -> None:
+    _init_worker()
+    torch.set_num_threads(threads)
+    # train from scratch: a private, empty weight cache
+    import tempfile
+
+    os.environ["POSENC_CACHE_DIR"] = tempfile.mkdtemp(prefix="posenc-reproduce-")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m posenc.study", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--name", default="length_generalization")
+    parser.add_argument(
+        "--preset",
+        default=None,
+        choices=sorted(PRESETS),
+        help="default: gpu when CUDA is available, else cpu",
+    )
+    parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads per process of --check (default 1)",
+    )
+    parser.add_argument(
+        "--list", action="store_true", help="list the grid and which runs are stored"
+    )
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="fail if the stored results do not cover the current "
+        "grid (stale), and exit",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="fail if the stored results are stale, then rerun the "
+        "reproduction sample and compare",
+    )
+    parser.add_argument(
+        "--kinds",
+        default="sweep,lm,probe",
+        help="comma-separated kinds of cells to run (default: all)",
+    )
+    args = parser.parse_args(argv)
+    preset = args.preset or ("gpu" if torch.cuda.is_available() else "cpu")
+    device = "cuda" if preset == "gpu" and torch.cuda.is_available() else "cpu"
+    if args.list:
+        corpus = study_corpus()
+        stored = _stored(args.name, preset)
+        try:
+            runs = grid(preset, args.name)
+        except KeyError:
+            runs = sweep_runs(preset)
+            print("(the sweep is incomplete: the main runs depend on its result)")
+        for r in runs:
+            key = r.key(corpus)
+            print(f"{'stored ' if key in stored else 'missing'} {key}  {r.label}")
+        return 0
+    if args.verify or args.check:
+        try:
+            records = load_records(args.name, preset=preset)
+        except StaleResultsError as err:
+            print(err, file=sys.stderr)
+            return 1
+        print(
+            f"the stored study {args.name!r} covers its grid: {len(records)} runs, "
+            f"{sum(r['provenance']['wall_seconds'] for r in records):.0f} s of "
+            "process time when computed"
+        )
+    if args.check:
+        start = time.perf_counter()
+        rows = reproduce(args.name, device=device, threads=args.threads)
+        bad = [r for r in rows if not r["ok"]]
+        worst = max(abs(r["difference"]) for r in rows)
+        print(
+            f"reproduced {len(rows)} stored values of {len(REPRODUCE_SAMPLE)} runs in "
+            f"{time.perf_counter() - start:.0f} s; largest difference {worst:.2e}"
+        )
+        for r in bad:
+            print(f"NOT REPRODUCED: {r}")
+        return 1 if bad else 0
+    if args.verify:
+        return 0
+    summary = run_study(
+        args.name,
+        preset=preset,
+        workers=args.workers,
+        device=device,
+        kinds=tuple(args.kinds.split(",")),
+    )
+    print(
+        f"study {args.name!r} ({preset}): {summary['runs']} runs in the grid; "
+        f"{summary['wall_seconds']:.0f} s wall for the runs computed now; results in "
+        f"{results_dir(args.name)}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

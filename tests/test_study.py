@@ -1,0 +1,259 @@
+"""The length-generalization study (posenc.study): its probes, its two evaluation
+protocols against a naive loop, its statistics against scipy, its keys, resumability,
+and the stored results against the current grid (stale results fail here).
+
+The reproduction of stored values from scratch is `python -m posenc.study --check`
+(`make study-check`, part of `make test`): it trains for minutes, so it is no unit
+test."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from scipy import stats
+
+import posenc.study as study
+from posenc.model import ModelConfig, TinyLM
+from posenc.schemes import available_schemes
+
+
+@pytest.mark.parametrize("task", sorted(study.PROBES))
+@pytest.mark.parametrize("seq_len", [40, 64, 512])
+def test_probe_batch_scores_exactly_the_answer(task, seq_len):
+    g = torch.Generator().manual_seed(0)
+    x, y, depth = study.probe_batch(task, 64, seq_len, generator=g)
+    assert x.shape == y.shape == (64, seq_len) and depth.shape == (64,)
+    assert x.dtype == y.dtype == torch.int64
+    assert ((0 <= depth) & (depth <= 1)).all()
+    scored = y != -100
+    answers = {"copy": 15, "associative_recall": 8, "passkey": 5}[task]
+    assert (scored.sum(1) == answers).all()
+    # y is x shifted by one: wherever both are defined they agree
+    assert torch.equal(y[:, :-1][scored[:, :-1]], x[:, 1:][scored[:, :-1]])
+    # every answer byte appeared earlier in the sequence (retrieval is possible) ...
+    for b in range(8):
+        for t in scored[b].nonzero().flatten().tolist():
+            assert y[b, t] in x[b, : t + 1 - (1 if task != "copy" else 0)]
+    # ... and is never a noise byte (the answer is unambiguous)
+    lo, hi = study._NOISE
+    assert not ((y[scored] >= lo) & (y[scored] < hi)).any()
+
+
+def test_probe_answer_is_where_the_needle_was():
+    g = torch.Generator().manual_seed(1)
+    x, y, depth = study.probe_batch("passkey", 16, 200, generator=g)
+    for b in range(16):
+        start = (x[b] == study._MARK).nonzero().flatten()
+        assert len(start) == 1 and depth[b] == start[0] / 200
+        key = x[b, start[0] + 1 : start[0] + 6]
+        assert torch.equal(y[b][y[b] != -100], key)
+
+
+@pytest.mark.parametrize(
+    "task, seq_len, match",
+    [("parity", 64, "task must be one of"), ("copy", 39, "seq_len must be >= 40")],
+)
+def test_probe_batch_rejects_bad_input(task, seq_len, match):
+    with pytest.raises(ValueError, match=match):
+        study.probe_batch(task, 2, seq_len, generator=torch.Generator())
+
+
+def _tiny(scheme="rope", **options):
+    torch.manual_seed(0)
+    cfg = ModelConfig(scheme=scheme, scheme_options=options, d_model=16, num_heads=2)
+    return TinyLM(cfg).eval()
+
+
+def _naive_block_losses(model, documents, L, E):
+    """Every full block of every document scored by its own window, one at a time."""
+    out = []
+    for doc in documents:
+        for end in range(L, doc.numel(), L):
+            if end > doc.numel() - 1:
+                break
+            start = max(0, end - E)
+            seq = doc[start : end + 1].long()[None]
+            with torch.no_grad():
+                loss = F.cross_entropy(
+                    model(seq[:, :-1]).transpose(1, 2), seq[:, 1:], reduction="none"
+                )
+            out.append((end, float(loss[0, -L:].double().mean())))
+    return out
+
+
+@pytest.mark.parametrize("scheme", ["rope", "sinusoidal", "shaw"])
+def test_window_losses_match_a_naive_loop(scheme):
+    g = torch.Generator().manual_seed(0)
+    documents = [
+        torch.randint(0, 256, (n,), generator=g, dtype=torch.uint8)
+        for n in (100, 37, 260)
+    ]
+    model, L = _tiny(scheme), 16
+    got = study.window_losses(model, documents, L, (1, 2, 4), tokens_per_batch=64)
+    for m in (1, 2, 4):
+        naive = _naive_block_losses(model, documents, L, m * L)
+        assert got["sliding"][m * L] == pytest.approx(
+            np.mean([v for _, v in naive]), abs=1e-6
+        )
+        matched = [v for end, v in naive if end - L >= 3 * L]
+        assert got["matched"][m * L] == pytest.approx(np.mean(matched), abs=1e-6)
+    assert got["blocks"] == len(_naive_block_losses(model, documents, L, L))
+    assert len(got["position"]) == 4 * L
+
+
+def test_window_losses_sample_blocks_and_skip_lengths_past_a_learned_table():
+    g = torch.Generator().manual_seed(0)
+    documents = [torch.randint(0, 256, (300,), generator=g, dtype=torch.uint8)]
+    full = study.window_losses(_tiny(), documents, 16, (1,))
+    every3 = study.window_losses(_tiny(), documents, 16, (1,), block_every=3)
+    assert every3["blocks"] == math.ceil(full["blocks"] / 3)
+    learned = _tiny("learned", max_len=32)
+    got = study.window_losses(learned, documents, 16, (1, 2, 4))
+    assert sorted(got["sliding"]) == [16, 32]
+
+
+def test_mean_ci_is_the_student_t_interval():
+    values = [2.1, 2.3, 2.2, 2.6]
+    mean, lo, hi = study.mean_ci(values)
+    ref = stats.t.interval(
+        0.95, len(values) - 1, loc=np.mean(values), scale=stats.sem(values)
+    )
+    assert (lo, hi) == pytest.approx(ref) and mean == pytest.approx(np.mean(values))
+    assert all(math.isnan(v) for v in study.mean_ci([1.0])[1:])
+
+
+def _frame(rows):
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=["scheme", "seed", "value"])
+
+
+def test_paired_difference_pairs_by_seed():
+    # b is a + 1 with seed noise shared: the paired interval is exact and resolved,
+    # although the schemes' own intervals overlap
+    noise = [0.0, 5.0, -5.0]
+    rows = [("a", s, n) for s, n in enumerate(noise)]
+    rows += [("b", s, n + 1.0) for s, n in enumerate(noise)]
+    got = study.paired_difference(_frame(rows), "b", "a")
+    assert got["mean"] == pytest.approx(1.0) and got["n"] == 3
+    assert got["lower"] == pytest.approx(1.0) and got["resolved"]
+    a, b = study.mean_ci(noise), study.mean_ci([n + 1 for n in noise])
+    assert a[2] > b[1]  # unpaired intervals overlap
+    unresolved = study.paired_difference(
+        _frame([("a", 0, 0.0), ("a", 1, 1.0), ("b", 0, 1.0), ("b", 1, 0.0)]), "a", "b"
+    )
+    assert not unresolved["resolved"]
+    with pytest.raises(ValueError, match="share no seed"):
+        study.paired_difference(_frame([("a", 0, 1.0), ("b", 1, 1.0)]), "a", "b")
+
+
+def test_keys_follow_the_configuration():
+    corpus = study.study_corpus()
+    run = study.StudyRun("lm", "t5", "t5", "{}", 0, 64, 3e-3)
+    assert run.key(corpus) == study.StudyRun(**json.loads(json.dumps(
+        run.__dict__))).key(corpus)
+    # an option spelled out at its default is the same run; another value is not
+    default = study.StudyRun("lm", "t5", "t5", '{"max_distance": 128}', 0, 64, 3e-3)
+    other = study.StudyRun("lm", "t5", "t5", '{"max_distance": 64}', 0, 64, 3e-3)
+    assert default.key(corpus) == run.key(corpus) != other.key(corpus)
+    for changed in ({"seed": 1}, {"lr": 1e-2}, {"kind": "probe"}, {"train_length": 256}):
+        assert study.StudyRun(**{**run.__dict__, **changed}).key(corpus) != run.key(
+            corpus
+        )
+
+
+def test_the_grid_holds_every_registered_scheme():
+    preset = study.PRESETS["cpu"]
+    lrs = dict.fromkeys(available_schemes(), 3e-3)
+    runs = study.main_runs(lrs)
+    for kind in ("lm", "probe"):
+        for scheme in available_schemes():
+            seeds = {r.seed for r in runs if r.kind == kind and r.label == scheme}
+            assert seeds == set(preset["seeds"]), (kind, scheme)
+    assert len(preset["seeds"]) >= 3
+    labels = {r.label for r in runs}
+    assert set(study.bucket_variants(64)) <= labels
+    long = {r.label for r in runs if r.train_length == preset["long_length"]}
+    assert long == set(preset["long_schemes"])
+    assert {r.lr for r in runs if r.kind == "probe"} == {preset["probe_lr"]}
+    sweep = study.sweep_runs()
+    assert {(r.scheme, r.lr) for r in sweep} == {
+        (s, lr) for s in available_schemes() for lr in preset["learning_rates"]
+    }
+
+
+@pytest.fixture
+def tiny_preset(monkeypatch, tmp_path):
+    monkeypatch.setitem(
+        study.PRESETS,
+        "tiny",
+        {
+            **study.PRESETS["cpu"],
+            "model": {"d_model": 8, "num_heads": 1, "num_layers": 1},
+            "train": {"seq_len": 64, "batch_size": 2, "steps": 2, "warmup_steps": 1},
+            "learning_rates": (1e-3, 3e-3),
+            "seeds": (0, 1),
+            "long_schemes": ("none",),
+            "long_seeds": (0,),
+            "block_every": 512,
+            "long_block_every": 2048,
+            "probe_steps": 2,
+            "probe_sequences": 4,
+        },
+    )
+    monkeypatch.setattr(study, "results_dir", lambda name="x": tmp_path / name)
+    monkeypatch.setattr(study, "available_schemes", lambda: ("none", "alibi"))
+    monkeypatch.setattr(study, "bucket_variants", lambda L: {})
+    monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path / "weights"))
+    monkeypatch.delenv("POSENC_REQUIRE_CACHED", raising=False)
+    return tmp_path
+
+
+def test_the_study_resumes_and_its_results_load(tiny_preset):
+    with pytest.raises(study.StaleResultsError, match="make study"):
+        study.load_results("s", preset="tiny")
+    first = study.run_study("s", preset="tiny", workers=0)
+    folder = tiny_preset / "s-tiny"
+    files = sorted(folder.glob("*.json"))
+    # 2 schemes × 2 learning rates, 2 schemes × 2 seeds × (lm, probe), 1 long run
+    assert first["runs"] == len(files) == 4 + 8 + 1
+    again = study.run_study("s", preset="tiny", workers=0)
+    assert again["wall_seconds"] == 0.0  # nothing left to compute
+    df = study.load_results("s", preset="tiny")
+    for column in ("scheme", "seed", "train_length", "eval_length", "task", "metric",
+                   "value"):
+        assert column in df.columns
+    assert set(df["task"]) == {"language_modeling", *study.PROBES}
+    record = json.loads(files[0].read_text())
+    for field in ("posenc", "torch", "cpu", "date", "wall_seconds"):
+        assert field in record["provenance"]
+    # a stale file (a run no longer in the grid) is pruned; a missing one is stale
+    (folder / "lm-old-s0-L64-0000.json").write_text("{}")
+    next(folder.glob("lm-*.json")).unlink()
+    with pytest.raises(study.StaleResultsError, match="1 of 13 runs"):
+        study.load_results("s", preset="tiny")
+    assert len(study.load_results("s", preset="tiny", strict=False)) > 0
+    study.run_study("s", preset="tiny", workers=0)
+    assert not (folder / "lm-old-s0-L64-0000.json").exists()
+    assert len(list(folder.glob("*.json"))) == 13
+
+
+def test_the_stored_study_covers_the_current_grid():
+    """Fails when a scheme, its defaults, the corpus or the study's configuration
+    changed since `make study` last ran (the book build fails the same way)."""
+    records = study.load_records()
+    assert len(records) == len(study.grid())
+    df = study.load_results()
+    lm = df[(df["kind"] == "lm") & (df["train_length"] == 64)]
+    for scheme in available_schemes():
+        got = lm[lm["scheme"] == scheme]
+        assert set(got["seed"]) >= {0, 1, 2}, scheme
+        assert got["eval_length"].max() >= 8 * 64 or scheme == "learned", scheme
+    probes = df[df["task"] != "language_modeling"]
+    assert set(probes["task"]) == set(study.PROBES)
+    assert np.isfinite(df["value"]).all()
