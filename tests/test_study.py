@@ -257,3 +257,14 @@ def test_the_stored_study_covers_the_current_grid():
     probes = df[df["task"] != "language_modeling"]
     assert set(probes["task"]) == set(study.PROBES)
     assert np.isfinite(df["value"]).all()
+
+
+def test_stored_results_load_on_another_python(monkeypatch):
+    """The stdlib differs between Python versions (Colab): the stored study still loads,
+    its keys checked with the stored corpus's identity; reproducing it here refuses
+    with the reason."""
+    other = study.CorpusIdentity("python-stdlib-recursive", "0" * 16)
+    monkeypatch.setattr(study, "study_corpus", lambda: other)
+    assert len(study.load_records()) == len(study.grid())
+    with pytest.raises(study.StaleResultsError, match="cannot be reproduced here"):
+        study.reproduce()

@@ -61,11 +61,14 @@ PROBES = {
 }
 
 #: Stored and recomputed values must agree this closely: nats per byte for losses,
-#: proportion for probe accuracies. The runs are deterministic on one CPU and one
-#: torch build; another CPU's kernels round differently, and 1000 steps of training
-#: amplify that, so the tolerance is loose enough for another x86 CPU and tight
-#: against any change to the code path (measured in the chapter).
-REPRODUCE_TOLERANCE = {"loss": 0.02, "accuracy": 0.05}
+#: proportion for a probe's accuracy over all its sequences (the accuracies by depth,
+#: from a quarter of the sequences each, are not compared). On one CPU and one torch
+#: build the runs are deterministic and reproduce exactly (measured: difference 0).
+#: Another CPU's kernels sum in another order; two torch threads instead of one do the
+#: same, and moved the recomputed values by up to 0.003 nats (RoPE; ALiBi: 0) and, for
+#: ALiBi's half-learned probes, by up to 0.077 in accuracy: so the probe in the sample
+#: is DeBERTa's, whose probes are learned (accuracy 0.77 to 1.0 at L).
+REPRODUCE_TOLERANCE = {"loss": 0.02, "accuracy": 0.10}
 
 PRESETS: dict[str, dict] = {
     # 2-core CPU: about an hour with two processes (the measured wall time is stored)
@@ -732,10 +735,32 @@ def run_study(
     return {"wall_seconds": wall, "runs": len(runs)}
 
 
+@dataclass(frozen=True)
+class CorpusIdentity:
+    """What a run's key knows of its corpus: its name and fingerprint."""
+
+    name: str
+    fingerprint: str
+
+
+def stored_corpus(records: dict[str, dict]) -> Corpus | CorpusIdentity:
+    """The corpus the stored results were computed on, as their keys know it.
+
+    The standard library's source differs between Python versions, so on another
+    Python (Colab) the local corpus is not the study's: the stored results still
+    describe the study's corpus, and their keys are checked against the current
+    configuration with that corpus's identity. With nothing stored (or records that
+    disagree), the local corpus."""
+    identities = {tuple(rec["corpus"]) for rec in records.values() if "corpus" in rec}
+    if len(identities) == 1:
+        return CorpusIdentity(*identities.pop())
+    return study_corpus()
+
+
 def grid(preset: str = "cpu", name: str = "length_generalization") -> list[StudyRun]:
     """Every run of the grid, with the learning rates read from the stored sweep."""
-    corpus = study_corpus()
-    lrs = best_learning_rates(_stored(name, preset), preset, corpus)
+    records = _stored(name, preset)
+    lrs = best_learning_rates(records, preset, stored_corpus(records))
     return sweep_runs(preset) + main_runs(lrs, preset)
 
 
@@ -757,7 +782,7 @@ def load_records(
         added): the message names the runs and the command that recomputes them.
     """
     records = _stored(name, preset)
-    corpus = study_corpus()
+    corpus = stored_corpus(records)
     try:
         lrs = best_learning_rates(records, preset, corpus)
     except KeyError as err:
@@ -973,7 +998,7 @@ def results_table(
 
 
 #: What ``--check`` reruns: one seed of two schemes (language modelling) and one probe.
-REPRODUCE_SAMPLE = (("lm", "rope", 0), ("lm", "alibi", 0), ("probe", "alibi", 0))
+REPRODUCE_SAMPLE = (("lm", "rope", 0), ("lm", "alibi", 0), ("probe", "deberta", 0))
 
 
 def reproduce(
@@ -999,6 +1024,14 @@ def reproduce(
     """
     records = {r["key"]: r for r in load_records(name)}
     corpus = study_corpus()
+    if stored_corpus(records).fingerprint != corpus.fingerprint:
+        raise StaleResultsError(
+            f"the stored study {name!r} was computed on the corpus "
+            f"{stored_corpus(records)} (Python "
+            f"{next(iter(records.values()))['provenance']['python']}); this Python's "
+            f"standard library gives {corpus.name} {corpus.fingerprint}: the results "
+            "cannot be reproduced here (run `make study` to recompute them)"
+        )
     wanted = []
     for rec in records.values():
         run = StudyRun(**rec["run"])
@@ -1021,6 +1054,8 @@ def reproduce(
             (r["task"], r["metric"], r["eval_length"]): r["value"] for r in old["rows"]
         }
         for r in new["rows"]:
+            if r["metric"].startswith("accuracy_depth"):
+                continue
             ref = stored[(r["task"], r["metric"], r["eval_length"])]
             tol = REPRODUCE_TOLERANCE["loss" if "loss" in r["metric"] else "accuracy"]
             diff = r["value"] - ref
