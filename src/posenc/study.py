@@ -61,14 +61,17 @@ PROBES = {
 }
 
 #: Stored and recomputed values must agree this closely: nats per byte for losses,
-#: proportion for a probe's accuracy over all its sequences (the accuracies by depth,
-#: from a quarter of the sequences each, are not compared). On one CPU and one torch
+#: proportion for a probe's accuracy over all its sequences. On one CPU and one torch
 #: build the runs are deterministic and reproduce exactly (measured: difference 0).
 #: Another CPU's kernels sum in another order; two torch threads instead of one do the
-#: same, and moved the recomputed values by up to 0.003 nats (RoPE; ALiBi: 0) and, for
-#: ALiBi's half-learned probes, by up to 0.077 in accuracy: so the probe in the sample
-#: is DeBERTa's, whose probes are learned (accuracy 0.77 to 1.0 at L).
-REPRODUCE_TOLERANCE = {"loss": 0.02, "accuracy": 0.10}
+#: same, and moved the recomputed losses by up to 0.003 nats (RoPE; ALiBi: 0). The
+#: probes are fragile: the same perturbation moved ALiBi's half-learned probes by up to
+#: 0.077, and turned DeBERTa's associative recall from 0.77 into 1.0 (a phase change),
+#: while DeBERTa's learned copy and passkey probes moved by at most 0.017. So the
+#: sample's probe is DeBERTa's, compared on :data:`REPRODUCE_PROBE_TASKS`.
+REPRODUCE_TOLERANCE = {"loss": 0.02, "accuracy": 0.05}
+#: The probes whose accuracy the reproduction check compares (see above).
+REPRODUCE_PROBE_TASKS = ("copy", "passkey")
 
 PRESETS: dict[str, dict] = {
     # 2-core CPU: about an hour with two processes (the measured wall time is stored)
@@ -1054,8 +1057,10 @@ def reproduce(
             (r["task"], r["metric"], r["eval_length"]): r["value"] for r in old["rows"]
         }
         for r in new["rows"]:
-            if r["metric"].startswith("accuracy_depth"):
-                continue
+            if r["metric"].startswith("accuracy_depth") or (
+                run.kind == "probe" and r["task"] not in REPRODUCE_PROBE_TASKS
+            ):
+                continue  # small samples; a probe on a phase change (see above)
             ref = stored[(r["task"], r["metric"], r["eval_length"])]
             tol = REPRODUCE_TOLERANCE["loss" if "loss" in r["metric"] else "accuracy"]
             diff = r["value"] - ref
