@@ -52,9 +52,23 @@ def missing_runs(runs: list[BookRun], corpus, scale: str) -> list[BookRun]:
     ]
 
 
-def _init_worker(threads: int) -> None:
+def _init_worker(threads: int, then=None) -> None:
     os.environ.pop(REQUIRE_CACHED_ENV, None)  # this is the step that trains
     torch.set_num_threads(threads)
+    if then is not None:
+        then()
+
+
+def worker_pool(workers: int, threads: int = 1, then=None) -> ProcessPoolExecutor:
+    """Fresh ("spawn") worker processes that may train, each with ``threads`` torch
+    threads; ``then`` (a picklable function) runs in each worker after that. Shared by
+    :mod:`posenc.prepare` and :mod:`posenc.study`."""
+    return ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_init_worker,
+        initargs=(threads, then),
+    )
 
 
 def _train_one(run: BookRun, scale: str, device: str) -> tuple[str, float]:
@@ -133,12 +147,7 @@ def prepare(
         unit="run",
         file=sys.stdout,
     )
-    with ProcessPoolExecutor(
-        max_workers=workers,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=_init_worker,
-        initargs=(threads,),
-    ) as pool:
+    with worker_pool(workers, threads) as pool:
         futures = {
             pool.submit(_train_one, r, scale, device): r
             for r in todo
@@ -189,12 +198,7 @@ def compare_threads(
     seconds = {}
     for workers, threads in ((2, 1), (1, 2), (2, 2), (1, 1)):
         start = time.perf_counter()
-        with ProcessPoolExecutor(
-            workers,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_init_worker,
-            initargs=(threads,),
-        ) as pool:
+        with worker_pool(workers, threads) as pool:
             list(pool.map(_time_steps, [(s, steps, threads) for s in schemes]))
         seconds[workers, threads] = time.perf_counter() - start
     return seconds

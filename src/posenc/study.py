@@ -27,13 +27,12 @@ import argparse
 import hashlib
 import json
 import math
-import multiprocessing
 import os
 import platform
 import sys
 import time
 from collections import defaultdict
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -43,6 +42,7 @@ import torch.nn.functional as F
 
 from .data import Corpus, load_stdlib_corpus
 from .model import ModelConfig, TinyLM
+from .prepare import worker_pool
 from .schemes import available_schemes
 from .train import TrainConfig, cache_key, fit, scheme_arguments, tqdm, train
 from .utils import get_device, seed_everything
@@ -650,11 +650,6 @@ def _run_cell(run: StudyRun, device: str) -> dict:
     return execute(run, study_corpus(), device=device)
 
 
-def _init_worker() -> None:
-    torch.set_num_threads(1)
-    os.environ.pop("POSENC_REQUIRE_CACHED", None)
-
-
 def _execute_all(runs, folder: Path, corpus, workers: int, device: str, desc: str):
     todo = [r for r in runs if not (folder / f"{r.key(corpus)}.json").exists()]
     if not todo:
@@ -680,11 +675,7 @@ def _execute_all(runs, folder: Path, corpus, workers: int, device: str, desc: st
         for run in todo:
             store(run, execute(run, corpus, device=device))
     else:
-        with ProcessPoolExecutor(
-            max_workers=workers,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_init_worker,
-        ) as pool:
+        with worker_pool(workers) as pool:
             futures = {pool.submit(_run_cell, r, device): r for r in todo}
             while futures:
                 done, _ = wait(futures, return_when=FIRST_COMPLETED)
@@ -1043,12 +1034,7 @@ def reproduce(
         ]["train"]["seq_len"]:
             wanted.append(run)
     workers = workers or min(len(wanted), len(os.sched_getaffinity(0)))
-    with ProcessPoolExecutor(
-        max_workers=workers,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=_init_reproduce_worker,
-        initargs=(threads,),
-    ) as pool:
+    with worker_pool(workers, threads, then=_private_weight_cache) as pool:
         fresh = list(pool.map(_run_cell, wanted, [device] * len(wanted)))
     out = []
     for run, new in zip(wanted, fresh, strict=True):
@@ -1081,9 +1067,7 @@ def reproduce(
     return out
 
 
-def _init_reproduce_worker(threads: int = 1) -> None:
-    _init_worker()
-    torch.set_num_threads(threads)
+def _private_weight_cache() -> None:
     # train from scratch: a private, empty weight cache
     import tempfile
 
