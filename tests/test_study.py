@@ -268,3 +268,23 @@ def test_stored_results_load_on_another_python(monkeypatch):
     assert len(study.load_records()) == len(study.grid())
     with pytest.raises(study.StaleResultsError, match="cannot be reproduced here"):
         study.reproduce()
+
+
+def test_quotes_put_paired_intervals_into_words():
+    import pandas as pd
+
+    rows = [("a", s, "lm", 64, 64 * m, "loss_sliding", v)
+            for s, by_m in enumerate([{1: 1.0, 8: 1.5}, {1: 2.0, 8: 2.6}, {1: 3.0, 8: 3.4}])
+            for m, v in by_m.items()]
+    df = pd.DataFrame(rows, columns=["scheme", "seed", "kind", "train_length",
+                                     "eval_length", "metric", "value"])
+    q = study.Quotes(df, train_length=64)
+    d = q.change("a", 8)
+    assert d["mean"] == pytest.approx(0.5) and d["n"] == 3
+    assert (d["lower"], d["upper"]) == pytest.approx(study.mean_ci([0.5, 0.6, 0.4])[1:])
+    assert q.moves(d).startswith("rises by 0.500 [")
+    flat = {"mean": 0.001, "lower": -0.01, "upper": 0.012, "n": 3, "resolved": False}
+    assert q.moves(flat) == ("changes by +0.001 [-0.010, +0.012] nats per byte "
+                             "(not resolved with 3 seeds)")
+    assert q.number(-0.0004, sign=True) == "-0.0004"
+    assert q.names(["x", "y", "z"]) == "`x`, `y` and `z`"
