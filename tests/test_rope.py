@@ -214,6 +214,26 @@ def test_dynamic_ntk_is_not_cache_consistent():
         assert (step_by_step(tokens) - model(tokens)).abs().max() > 1e-3
 
 
+def test_longrope_switches_factors_at_the_trained_length():
+    """LongRoPE's short factors hold up to the trained length L and its long factors beyond,
+    decided by the current length max(k_positions) + 1 of each call, as for dynamic NTK."""
+    from posenc.scaling import rope_inv_freq
+
+    scaling = {"rope_type": "longrope", "original_max_position_embeddings": 8, "factor": 4.0,
+               "short_factor": [1.0, 1.5, 2.0, 3.0], "long_factor": [1.0, 2.0, 4.0, 8.0]}
+    scheme = build_scheme("rope", d_model=16, num_heads=2, scaling=scaling)
+    q, k = torch.randn(2, 1, 2, 20, 8).unbind(0)
+    for length in (8, 20):
+        positions = torch.arange(length)
+        inv_freq, factor = rope_inv_freq(8, 10000.0, scaling, seq_len=length)
+        expected = apply_rope(q[..., :length, :], positions, inv_freq=inv_freq, attention_factor=factor)
+        got, _ = scheme.transform_qk(q[..., :length, :], k[..., :length, :], positions, positions)
+        torch.testing.assert_close(got, expected)
+    short, _ = rope_inv_freq(8, 10000.0, scaling, seq_len=8)
+    long, _ = rope_inv_freq(8, 10000.0, scaling, seq_len=20)
+    assert not torch.equal(short, long)
+
+
 def test_cache_rejects_a_model_mismatch():
     model = TinyLM(ModelConfig(scheme="rope", num_layers=2))
     other = TinyLM(ModelConfig(scheme="rope", num_layers=3))

@@ -231,7 +231,8 @@ class RotaryScheme(PositionalScheme):
         rotary_dim: features rotated per head (even, ≤ head_dim); default head_dim.
         scaling: None or a context-extension dict for
             :func:`posenc.scaling.rope_inv_freq` (``{"rope_type": "yarn", "factor": 4.0,
-            "original_max_position_embeddings": 64}``). For ``"dynamic"`` the current
+            "original_max_position_embeddings": 64}``). For ``"dynamic"`` and
+            ``"longrope"`` (whose factors switch at the trained length) the current
             length is ``max(k_positions) + 1`` of each call.
 
     Source: Su et al. 2021, RoFormer, §3.4; scaling: see :mod:`posenc.scaling`.
@@ -264,11 +265,11 @@ class RotaryScheme(PositionalScheme):
                 f"{self.head_dim}"
             )
         self.scaling = check_scaling(scaling)  # validated now, not mid-forward
-        self.dynamic = (
-            self.scaling is not None and self.scaling["rope_type"] == "dynamic"
+        self.dynamic = self.scaling is not None and self.scaling["rope_type"] in (
+            "dynamic",
+            "longrope",
         )
-        # every type but "dynamic" has fixed frequencies: computed once, moved with the
-        # module
+        # the other types have fixed frequencies: computed once, moved with the module
         inv_freq, self.attention_factor = rope_inv_freq(
             self.rotary_dim, self.base, self.scaling
         )
@@ -287,10 +288,10 @@ class RotaryScheme(PositionalScheme):
         return apply_rope(q, q_positions, **rope), apply_rope(k, k_positions, **rope)
 
     def _transform_dynamic(self, q, k, q_positions, k_positions):
-        """``"dynamic"`` scaling: the frequencies follow the current length
-        ``max(k_positions) + 1``, taken per sequence for (B, 1, T) positions, so that
-        a row of a batch is rotated as it would be alone (Hugging Face takes one
-        maximum over the batch)."""
+        """``"dynamic"`` and ``"longrope"`` scaling: the frequencies follow the current
+        length ``max(k_positions) + 1``, taken per sequence for (B, 1, T) positions,
+        so that a row of a batch is rotated as it would be alone (Hugging Face takes
+        one maximum over the batch)."""
         if k_positions.dim() > 1 and k_positions.shape[0] > 1:
             rows = [
                 self._transform_dynamic(

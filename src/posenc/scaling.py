@@ -17,25 +17,34 @@ rotated features:
   and sin;
 * ``"llama3"`` — Llama 3.1's rule (Meta's reference code, ``apply_scaling``):
   interpolate wavelengths longer than L/low_freq_factor by s, keep those shorter than
-  L/high_freq_factor, and blend in between.
+  L/high_freq_factor, and blend in between;
+* ``"longrope"`` — LongRoPE (Ding et al. 2024, arXiv:2402.13753; Phi-3 / Phi-4-mini,
+  Abdin et al. 2024, arXiv:2404.14219): θ_i / λ_i with a searched factor λ_i per pair,
+  ``short_factor`` for ℓ ≤ L and ``long_factor`` for ℓ > L, and the attention factor
+  √(1 + ln s / ln L);
+* ``"proportional"`` — Gemma 4's global layers (transformers'
+  ``_compute_proportional_rope_parameters``): only the first ⌊p·d_h/2⌋ pairs rotate,
+  with the exponents 2i/d_h of the *full* head; the other pairs get θ = 0 (no rotation).
 
 Parameter names and the formulas follow Hugging Face's
 ``transformers.modeling_rope_utils``, and the tests hold the results equal to its
 ``ROPE_INIT_FUNCTIONS`` (static "ntk" against "dynamic", which equals it at the length
-where ``factor·ℓ/L − (factor − 1) = s``).
+where ``factor·ℓ/L − (factor − 1) = s``). :func:`rope_inv_freq_from_config` reads a
+transformers v5 ``config.rope_parameters`` dict directly.
 """
 
 from __future__ import annotations
 
 import math
-from numbers import Integral
+from collections.abc import Mapping
+from numbers import Integral, Real
 
 import torch
 
-from ._checks import check_base, check_choice, check_even_dim
+from ._checks import check_base, check_choice, check_even_dim, check_int
 from .sinusoidal import compute_inv_freq
 
-ROPE_TYPES = ("linear", "ntk", "dynamic", "yarn", "llama3")
+ROPE_TYPES = ("linear", "ntk", "dynamic", "yarn", "llama3", "longrope", "proportional")
 
 _REQUIRED = {
     "linear": {"factor"},
@@ -48,6 +57,8 @@ _REQUIRED = {
         "low_freq_factor",
         "high_freq_factor",
     },
+    "longrope": {"short_factor", "long_factor", "original_max_position_embeddings"},
+    "proportional": set(),
 }
 _OPTIONAL = {
     "linear": set(),
@@ -55,6 +66,8 @@ _OPTIONAL = {
     "dynamic": set(),
     "yarn": {"beta_fast", "beta_slow", "attention_factor", "truncate"},
     "llama3": set(),
+    "longrope": {"factor", "attention_factor"},
+    "proportional": {"factor", "partial_rotary_factor"},
 }
 
 
@@ -67,6 +80,32 @@ def _positive(name: str, value: object) -> float:
     ):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return float(value)
+
+
+def _positive_list(name: str, value: object) -> list[float]:
+    """A non-empty list (or tuple) of finite numbers > 0, as a list of floats."""
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(
+            f"{name} must be a list of numbers (one per rotated pair), got "
+            f"{type(value).__name__}"
+        )
+    if not value:
+        raise ValueError(f"{name} must not be empty (one factor per rotated pair)")
+    return [_positive(f"{name}[{i}]", entry) for i, entry in enumerate(value)]
+
+
+def _fraction(name: str, value: object, *, low_open: bool) -> float:
+    """A real number in (0, 1] (``low_open``) or [0, 1]."""
+    rule = "in (0, 1]" if low_open else "in [0, 1]"
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(
+            f"{name} must be a real number {rule}, got {value!r} of type "
+            f"{type(value).__name__}"
+        )
+    value = float(value)
+    if not (0.0 < value <= 1.0 if low_open else 0.0 <= value <= 1.0):
+        raise ValueError(f"{name} must be {rule}, got {value}")
+    return value
 
 
 def _check_bool(name: str, value: object) -> bool:
@@ -110,10 +149,18 @@ def check_scaling(scaling: dict | None) -> dict | None:
 
     Raises:
         TypeError: if ``scaling`` is neither None nor a dict; a yarn ``truncate`` that
-            is not a bool.
+            is not a bool; a longrope ``short_factor`` / ``long_factor`` that is not a
+            list or tuple; a proportional ``partial_rotary_factor`` that is not a real
+            number.
         ValueError: unknown ``rope_type``; a missing or unknown key (the message names
             it); factor < 1; a length that is not a positive integer; beta_fast ≤
-            beta_slow; low_freq_factor ≥ high_freq_factor; a non-positive parameter.
+            beta_slow; low_freq_factor ≥ high_freq_factor; a non-positive parameter;
+            longrope: an empty factor list, a factor entry that is not finite and > 0,
+            short and long lists of different lengths, neither ``factor`` nor
+            ``attention_factor`` given, or a derived attention factor with L < 2;
+            proportional: ``partial_rotary_factor`` outside [0, 1]. (That the
+            longrope lists have head_dim/2 entries is checked by
+            :func:`rope_inv_freq`, which knows head_dim.)
     """
     if scaling is None:
         return None
@@ -143,12 +190,17 @@ def check_scaling(scaling: dict | None) -> dict | None:
             f"its keys are {allowed}"
         )
     out = dict(scaling)
-    out["factor"] = _positive("factor", scaling["factor"])
-    if out["factor"] < 1:
-        raise ValueError(
-            "factor must be >= 1 (it is the ratio of the new length to "
-            f"the trained one), got {scaling['factor']!r}"
-        )
+    if rope_type == "proportional":
+        out.setdefault("factor", 1.0)
+    # required by every type but "longrope" (optional: None means absent, as in
+    # transformers) and "proportional" (default 1)
+    if "factor" in out and not (rope_type == "longrope" and out["factor"] is None):
+        out["factor"] = _positive("factor", out["factor"])
+        if out["factor"] < 1:
+            raise ValueError(
+                "factor must be >= 1 (it is the ratio of the new length to "
+                f"the trained one), got {scaling['factor']!r}"
+            )
     if "original_max_position_embeddings" in out:
         length = out["original_max_position_embeddings"]
         if isinstance(length, bool) or not isinstance(length, int) or length < 1:
@@ -175,7 +227,70 @@ def check_scaling(scaling: dict | None) -> dict | None:
             raise ValueError(
                 f"low_freq_factor must be below high_freq_factor, got {low} and {high}"
             )
+    if rope_type == "longrope":
+        _check_longrope(out)
+    if rope_type == "proportional":
+        out["partial_rotary_factor"] = _fraction(
+            "partial_rotary_factor",
+            out.get("partial_rotary_factor", 1.0),
+            low_open=False,
+        )
     return out
+
+
+def _check_longrope(out: dict) -> None:
+    """Validate (in place) the longrope part of a scaling dict."""
+    short = out["short_factor"] = _positive_list("short_factor", out["short_factor"])
+    long = out["long_factor"] = _positive_list("long_factor", out["long_factor"])
+    if len(short) != len(long):
+        raise ValueError(
+            f"short_factor and long_factor must have the same length (one factor "
+            f"per rotated pair), got {len(short)} and {len(long)}"
+        )
+    out.setdefault("factor", None)
+    if out.get("attention_factor") is not None:
+        out["attention_factor"] = _positive("attention_factor", out["attention_factor"])
+    else:
+        out["attention_factor"] = None
+        if out["factor"] is None:
+            raise ValueError(
+                "rope_type 'longrope' needs 'factor' (s = max_position_embeddings / "
+                "original_max_position_embeddings, as transformers derives it) or "
+                "an explicit 'attention_factor'; got neither"
+            )
+        if out["factor"] > 1 and out["original_max_position_embeddings"] < 2:
+            raise ValueError(
+                "longrope's attention factor √(1 + ln s / ln L) needs "
+                "original_max_position_embeddings L >= 2, got "
+                f"{out['original_max_position_embeddings']}"
+            )
+
+
+def longrope_attention_factor(
+    factor: float, original_max_position_embeddings: int
+) -> float:
+    """LongRoPE's default attention factor √(1 + ln s / ln L) for s > 1, else 1.
+
+    It multiplies cos and sin, as YaRN's temperature does. transformers 5.23
+    (``_compute_longrope_parameters``) and Microsoft's Phi-3 code use it with
+    s = max_position_embeddings / original_max_position_embeddings unless the
+    config gives ``factor``.
+
+    Args:
+        factor: the context-extension factor s (a float).
+        original_max_position_embeddings: the training length L (an int ≥ 2 when
+            s > 1).
+
+    Returns:
+        A float ≥ 1.
+
+    Source: transformers 5.23, ``modeling_rope_utils._compute_longrope_parameters``
+    (the Phi-3-mini-128K / Phi-3.5 / Phi-4-mini configs of Abdin et al. 2024,
+    arXiv:2404.14219, rely on it).
+    """
+    if factor <= 1.0:
+        return 1.0
+    return math.sqrt(1 + math.log(factor) / math.log(original_max_position_embeddings))
 
 
 def yarn_attention_factor(factor: float) -> float:
@@ -246,33 +361,50 @@ def rope_inv_freq(
 
     Args:
         head_dim: the number of rotated features d (pass rotary_dim for partial rotary,
-            as Hugging Face and GPT-NeoX do: the exponents are 2i/rotary_dim).
+            as Hugging Face and GPT-NeoX do: the exponents are 2i/rotary_dim) — except
+            for "proportional", which takes the full head width d_h and rotates part
+            of it itself.
         base: frequency base b, finite and > 0.
         scaling: None for plain RoPE, or a dict with ``"rope_type"`` in ``"linear"``,
-            ``"ntk"``, ``"dynamic"``, ``"yarn"``, ``"llama3"`` and Hugging Face's
-            parameter names: ``factor`` (s ≥ 1, all types);
-            ``original_max_position_embeddings`` (the training length L, int; "dynamic",
-            "yarn", "llama3"); ``beta_fast`` (32), ``beta_slow`` (1),
-            ``attention_factor`` (default 0.1·ln s + 1), ``truncate`` (a bool, default
-            True) for "yarn"; ``low_freq_factor``, ``high_freq_factor`` for "llama3".
-        seq_len: the current sequence length ℓ, used by "dynamic" only (None means
-            L): an int or a 0-d integer tensor (transformers passes
+            ``"ntk"``, ``"dynamic"``, ``"yarn"``, ``"llama3"``, ``"longrope"``,
+            ``"proportional"`` and Hugging Face's parameter names: ``factor`` (s ≥ 1;
+            required except for "longrope" and "proportional");
+            ``original_max_position_embeddings`` (the training length L, int;
+            "dynamic", "yarn", "llama3", "longrope"); ``beta_fast`` (32),
+            ``beta_slow`` (1), ``attention_factor`` (default 0.1·ln s + 1),
+            ``truncate`` (a bool, default True) for "yarn"; ``low_freq_factor``,
+            ``high_freq_factor`` for "llama3"; for "longrope" ``short_factor`` and
+            ``long_factor`` (lists of head_dim/2 numbers > 0, one λ_i per pair),
+            ``factor`` (optional, used only for the attention factor) and
+            ``attention_factor`` (default √(1 + ln s / ln L); one of the two is
+            needed); for "proportional" ``partial_rotary_factor`` p in [0, 1]
+            (default 1) and ``factor`` (default 1).
+        seq_len: the current sequence length ℓ, used by "dynamic" (None means L) and
+            "longrope" (``long_factor`` when ℓ > L, else ``short_factor``; None
+            means short): an int or a 0-d integer tensor (transformers passes
             ``max(position_ids) + 1``).
 
     Returns:
         ``(inv_freq, attention_factor)``: float32 tensor (head_dim/2,) in radians per
-        position, on the CPU; a float that multiplies cos and sin (1.0 except for
-        "yarn").
+        position, on the CPU (for "proportional" its last d_h/2 − ⌊p·d_h/2⌋ entries
+        are 0: those pairs do not rotate); a float that multiplies cos and sin (1.0
+        except for "yarn" and "longrope").
 
     Raises:
         ValueError: odd head_dim, base not finite and > 0, or an invalid scaling (see
-            :func:`check_scaling`), or seq_len < 1.
+            :func:`check_scaling`), longrope factor lists whose length is not
+            head_dim/2, or seq_len < 1.
         TypeError: seq_len neither None, an int nor a 0-d integer tensor; a yarn
-            ``truncate`` that is not a bool.
+            ``truncate`` that is not a bool; see :func:`check_scaling`.
 
     Sources: Chen et al. 2023 (PI), Eq. 2; Peng et al. 2023 (YaRN), §3.1–3.4; Meta's
-    Llama 3.1 ``apply_scaling``; parity with
-    ``transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS``.
+    Llama 3.1 ``apply_scaling``; Ding et al. 2024 (LongRoPE, arXiv:2402.13753), the
+    per-dimension rescaling θ_i/λ_i with separate short and long factors, and the
+    Phi-3 technical report (Abdin et al. 2024, arXiv:2404.14219) for its use in
+    Phi-3; "proportional" has no paper: it is transformers 5.23's
+    ``_compute_proportional_rope_parameters``, written for Gemma 4. Parity with
+    ``transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS`` (5.23) for every type
+    but "ntk".
     """
     dim = check_even_dim("head_dim", head_dim)
     base = check_base(base)
@@ -281,6 +413,13 @@ def rope_inv_freq(
     inv_freq = compute_inv_freq(dim, base)
     if scaling is None:
         return inv_freq, 1.0
+    if scaling["rope_type"] == "longrope":
+        return _longrope(dim, base, scaling, seq_len)
+    if scaling["rope_type"] == "proportional":
+        # as transformers: int(p·d_h // 2) rotated pairs, exponents 2i/d_h
+        angles = int(scaling["partial_rotary_factor"] * dim // 2)
+        inv_freq[angles:] = 0.0
+        return inv_freq / scaling["factor"], 1.0
     rope_type, factor = scaling["rope_type"], scaling["factor"]
     if rope_type == "linear":
         return inv_freq / factor, 1.0
@@ -313,3 +452,234 @@ def rope_inv_freq(
     # 0: interpolate, 1: keep
     smooth = ((original / wavelength - low) / (high - low)).clamp(0, 1)
     return (1 - smooth) * inv_freq / factor + smooth * inv_freq, 1.0
+
+
+def _longrope(
+    dim: int, base: float, scaling: dict, seq_len: int | None
+) -> tuple[torch.Tensor, float]:
+    """LongRoPE: θ_i / λ_i with λ = long_factor for ℓ > L, else short_factor."""
+    original = scaling["original_max_position_embeddings"]
+    for name in ("short_factor", "long_factor"):
+        if len(scaling[name]) != dim // 2:
+            raise ValueError(
+                f"longrope {name} has {len(scaling[name])} entries, but head_dim = "
+                f"{dim} rotated features make {dim // 2} pairs: it needs head_dim/2 = "
+                f"{dim // 2} (one factor per pair)"
+            )
+    use_long = seq_len is not None and seq_len > original
+    ext = torch.tensor(
+        scaling["long_factor" if use_long else "short_factor"], dtype=torch.float64
+    )
+    inv_freq = (compute_inv_freq(dim, base, dtype=torch.float64) / ext).float()
+    attention_factor = scaling["attention_factor"]
+    if attention_factor is None:
+        attention_factor = longrope_attention_factor(scaling["factor"], original)
+    return inv_freq, float(attention_factor)
+
+
+TRANSFORMERS_ROPE_TYPES = (
+    "default",
+    "linear",
+    "dynamic",
+    "yarn",
+    "longrope",
+    "llama3",
+    "proportional",
+)
+"""The ``rope_type`` values :func:`rope_inv_freq_from_config` reads: "default" (plain
+RoPE) and the keys of transformers 5.23's ``ROPE_INIT_FUNCTIONS``."""
+
+IGNORED_ROPE_PARAMETERS = ("mrope_section", "mrope_interleaved", "llama_4_scaling_beta")
+"""Keys transformers models keep in ``rope_parameters`` that change neither the
+frequencies nor the cos/sin factor, so :func:`rope_inv_freq_from_config` skips them:
+``mrope_section`` and ``mrope_interleaved`` (M-RoPE: how the same frequencies are
+split among the temporal, height and width position ids, and their layout) and
+``llama_4_scaling_beta`` (Ministral 3 / Mistral 4: a position-dependent query
+scaling that the attention applies, outside RoPE)."""
+
+
+def rope_inv_freq_from_config(
+    rope_parameters: Mapping,
+    head_dim: int,
+    *,
+    max_position_embeddings: int | None = None,
+    seq_len: int | torch.Tensor | None = None,
+) -> tuple[torch.Tensor, float]:
+    """RoPE frequencies and attention factor from a transformers v5
+    ``config.rope_parameters`` dict, as ``ROPE_INIT_FUNCTIONS`` (or, for "default",
+    the models' own ``compute_default_rope_parameters``) compute them.
+
+    The dict is read as transformers 5.23 reads it: ``rope_type`` (the legacy key
+    ``type`` when absent; "default" when both are) picks the rule; ``rope_theta`` is
+    the base b; ``partial_rotary_factor`` p (default 1) gives the rotated width
+    rotary_dim = int(d_h·p), over which the exponents 2i/rotary_dim run — except for
+    "proportional", which takes the full d_h and p itself (see :func:`rope_inv_freq`).
+    A key whose value is None counts as absent. Per type:
+
+    * "default": plain RoPE, b^(−2i/rotary_dim);
+    * "dynamic": L is ``max_position_embeddings`` (transformers takes
+      ``config.max_position_embeddings``; an ``original_max_position_embeddings`` in
+      the dict is ignored, as transformers ignores it);
+    * "yarn", "llama3", "longrope": a missing ``original_max_position_embeddings`` is
+      ``max_position_embeddings`` (as ``standardize_rope_params`` fills it in);
+    * "yarn": a missing ``factor`` is max_position_embeddings /
+      original_max_position_embeddings; without ``attention_factor`` but with both
+      ``mscale`` and ``mscale_all_dim`` non-zero (DeepSeek), the attention factor is
+      m(s, mscale) / m(s, mscale_all_dim) with m(s, a) = 0.1·a·ln s + 1 (1 for s ≤ 1);
+    * "longrope": a missing ``factor`` is max_position_embeddings /
+      original_max_position_embeddings, used only for the attention factor; a factor
+      ≤ 1 gives attention factor 1, as in transformers.
+
+    Keys in :data:`IGNORED_ROPE_PARAMETERS` are skipped; any other key that the rule
+    does not use raises (transformers would only log a warning).
+
+    Args:
+        rope_parameters: one flat dict, e.g. ``config.rope_parameters``; for a model
+            with per-layer-type RoPE (Gemma 3 / 4) pass one entry, e.g.
+            ``config.rope_parameters["full_attention"]``, with that layer type's
+            head_dim.
+        head_dim: d_h, the width of one head (``config.head_dim``, or hidden_size //
+            num_attention_heads; Gemma 4's full-attention layers use
+            ``global_head_dim``).
+        max_position_embeddings: ``config.max_position_embeddings``; needed by
+            "dynamic", and by the other scaled types when the dict leaves out a value
+            derived from it (see above).
+        seq_len: the current length ℓ for "dynamic" and "longrope" (see
+            :func:`rope_inv_freq`).
+
+    Returns:
+        ``(inv_freq, attention_factor)``: float32 tensor (rotary_dim/2,) — (d_h/2,)
+        for "proportional" — in radians per position, on the CPU; the float that
+        multiplies cos and sin.
+
+    Raises:
+        TypeError: rope_parameters not a mapping; head_dim or max_position_embeddings
+            not an int; partial_rotary_factor not a real number; see
+            :func:`rope_inv_freq`.
+        ValueError: a dict nested by layer type; an unknown ``rope_type`` (the
+            message lists :data:`TRANSFORMERS_ROPE_TYPES`); no ``rope_theta``;
+            partial_rotary_factor outside (0, 1] (outside [0, 1] for
+            "proportional"); an odd or zero rotary_dim; a key the rule does not take;
+            a value that must come from max_position_embeddings when it is None;
+            anything :func:`rope_inv_freq` rejects.
+
+    Source: transformers 5.23, ``modeling_rope_utils`` (``ROPE_INIT_FUNCTIONS``,
+    ``RotaryEmbeddingConfigMixin.standardize_rope_params``), and e.g.
+    ``Phi3RotaryEmbedding.compute_default_rope_parameters`` for "default" with p < 1.
+    """
+    if not isinstance(rope_parameters, Mapping):
+        raise TypeError(
+            "rope_parameters must be a dict such as config.rope_parameters, got "
+            f"{type(rope_parameters).__name__}"
+        )
+    params = {key: value for key, value in rope_parameters.items() if value is not None}
+    if (
+        "rope_type" not in params
+        and "type" not in params
+        and params
+        and all(isinstance(value, Mapping) for value in params.values())
+    ):
+        raise ValueError(
+            f"rope_parameters is nested by layer type (keys {sorted(params)}); pass "
+            "one layer type's dict, e.g. rope_parameters['full_attention'], with that "
+            "layer type's head_dim"
+        )
+    legacy_type = params.pop("type", "default")
+    rope_type = params.pop("rope_type", legacy_type)
+    if rope_type not in TRANSFORMERS_ROPE_TYPES:
+        raise ValueError(
+            f"rope_type must be one of {', '.join(map(repr, TRANSFORMERS_ROPE_TYPES))}"
+            f" (transformers' types that posenc implements); got {rope_type!r}"
+        )
+    if "rope_theta" not in params:
+        raise ValueError(
+            "rope_parameters needs 'rope_theta' (the base b; transformers fills it "
+            f"in from the config), got keys {sorted(rope_parameters)}"
+        )
+    base = params.pop("rope_theta")
+    head_dim = check_int("head_dim", head_dim, minimum=1)
+    if max_position_embeddings is not None:
+        max_position_embeddings = check_int(
+            "max_position_embeddings", max_position_embeddings, minimum=1
+        )
+    for key in IGNORED_ROPE_PARAMETERS:
+        params.pop(key, None)
+
+    def from_max(key: str, why: str) -> int:
+        if max_position_embeddings is None:
+            raise ValueError(
+                f"rope_type {rope_type!r} without {key!r} in rope_parameters needs "
+                f"max_position_embeddings ({why}); got None"
+            )
+        return max_position_embeddings
+
+    def derived_factor() -> float:
+        """s = max_position_embeddings / original_max_position_embeddings."""
+        why = "s = max_position_embeddings / original_max_position_embeddings"
+        longest = from_max("factor", why)
+        original = params["original_max_position_embeddings"]
+        if isinstance(original, bool) or not isinstance(original, int) or original < 1:
+            raise ValueError(
+                "original_max_position_embeddings must be a positive int, "
+                f"got {original!r}"
+            )
+        return longest / original
+
+    if rope_type == "proportional":
+        scaling = {"rope_type": "proportional", **params}
+        return rope_inv_freq(head_dim, base, scaling, seq_len=seq_len)
+
+    partial = _fraction(
+        "partial_rotary_factor", params.pop("partial_rotary_factor", 1.0), low_open=True
+    )
+    rotary_dim = int(head_dim * partial)
+    if rotary_dim < 2 or rotary_dim % 2:
+        raise ValueError(
+            "rotary_dim = int(head_dim * partial_rotary_factor) = "
+            f"int({head_dim} * {partial}) = {rotary_dim} must be even and >= 2 "
+            "(features rotate in pairs)"
+        )
+    if rope_type == "default":
+        if params:
+            raise ValueError(
+                f"rope_type 'default' does not take {sorted(params)}; its keys are "
+                "['partial_rotary_factor', 'rope_theta', 'rope_type']"
+            )
+        return rope_inv_freq(rotary_dim, base, seq_len=seq_len)
+    if rope_type == "dynamic":
+        params.pop("original_max_position_embeddings", None)
+        params["original_max_position_embeddings"] = from_max(
+            "original_max_position_embeddings",
+            "transformers' dynamic rule takes L from config.max_position_embeddings",
+        )
+    elif rope_type in ("yarn", "llama3", "longrope"):
+        if "original_max_position_embeddings" not in params:
+            params["original_max_position_embeddings"] = from_max(
+                "original_max_position_embeddings",
+                "the training length L defaults to it",
+            )
+    if rope_type == "yarn":
+        if "factor" not in params:
+            params["factor"] = derived_factor()
+        mscale = params.pop("mscale", None)
+        mscale_all_dim = params.pop("mscale_all_dim", None)
+        if "attention_factor" not in params and mscale and mscale_all_dim:
+            s = _positive("factor", params["factor"])
+            params["attention_factor"] = _yarn_mscale(s, mscale) / _yarn_mscale(
+                s, mscale_all_dim
+            )
+    if rope_type == "longrope" and "attention_factor" not in params:
+        if "factor" not in params:
+            params["factor"] = derived_factor()
+        s = params["factor"]
+        if isinstance(s, Real) and not isinstance(s, bool) and s <= 1:
+            # transformers: attention factor 1 for s <= 1; s is used for nothing else
+            params.pop("factor")
+            params["attention_factor"] = 1.0
+    scaling = {"rope_type": rope_type, **params}
+    return rope_inv_freq(rotary_dim, base, scaling, seq_len=seq_len)
+
+
+def _yarn_mscale(factor: float, mscale: float) -> float:
+    """transformers' ``get_mscale``: 0.1·mscale·ln s + 1 for s > 1, else 1."""
+    return 0.1 * mscale * math.log(factor) + 1.0 if factor > 1 else 1.0
