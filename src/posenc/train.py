@@ -276,10 +276,13 @@ def fit(
     clipping at ``cfg.grad_clip``, a tqdm bar.
 
     Args:
-        model: a TinyLM, left in train mode while it runs.
+        model: any module mapping the inputs x to logits (B, T, C) (a TinyLM; the
+            tiny ViT of :mod:`posenc.vit` returns (B, 1, classes)), left in train mode
+            while it runs.
         cfg: steps, learning rate and its schedule, weight decay, clipping.
-        next_batch: ``next_batch() -> (x, y)`` int64 (B, T) inputs and targets on the
-            model's device; a target of −100 is not scored (a probe's prompt).
+        next_batch: ``next_batch() -> (x, y)``: inputs of any dtype and int64 (B, T)
+            targets on the model's device; a target of −100 is not scored (a probe's
+            prompt).
         progress: show the bar. desc: its label.
 
     Returns:
