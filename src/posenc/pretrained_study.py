@@ -1,0 +1,370 @@
+"""The study tier on a real model: SmolLM2-135M's loss by position on long texts.
+
+Two experiments, each a set of single forward passes over the start of a standard-
+library text (:data:`posenc.pretrained.TEXTS`), scored token by token with
+:func:`posenc.pretrained.token_losses`:
+
+* ``"context"``: T = 8192 (the trained length L) with the model's own RoPE, three
+  consecutive chunks of each text: how the loss falls as the context grows;
+* ``"extension"``: T = 16,384 = 2L with no scaling and with each of posenc's
+  context-extension methods at factor s = 2 (:func:`posenc.scaling.rope_inv_freq`),
+  with no fine-tuning.
+
+One 16K forward takes minutes on a 2-core CPU, too long for every build, so the results
+are stored, one JSON file per run, in ``src/posenc/results/smollm2/`` with their
+provenance (configuration and its hash, versions, machine, date, seconds, and a
+fingerprint of the tokens). ``python -m posenc.pretrained_study`` (part of ``make
+study``) computes what is missing; ``--verify`` fails when the stored files do not
+cover the current grid; ``--check`` also reruns the short runs of :data:`CHECKS` from
+scratch and requires their stored values back within :data:`TOLERANCE`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from . import pretrained
+from .scaling import rope_inv_freq
+from .study import StaleResultsError, _provenance, results_dir
+
+NAME = "smollm2"
+VERSION = 1
+BUCKET = 64  # positions per stored mean
+FACTOR = 2.0
+TOLERANCE = 0.01  # nats, on every stored bucket mean of a CHECKS run
+
+
+def methods(original: int = 8192, factor: float = FACTOR) -> dict[str, dict | None]:
+    """The scalings compared at 2L: None is the model's own RoPE, unscaled. Llama 3's
+    low_freq_factor 1 and high_freq_factor 4 are Llama 3.1's; YaRN's β are the
+    paper's defaults."""
+    common = {"factor": factor, "original_max_position_embeddings": original}
+    return {
+        "none": None,
+        "linear": {"rope_type": "linear", "factor": factor},
+        "ntk": {"rope_type": "ntk", "factor": factor},
+        "dynamic": {"rope_type": "dynamic", **common},
+        "yarn": {"rope_type": "yarn", **common},
+        "llama3": {
+            "rope_type": "llama3",
+            **common,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+        },
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class RealRun:
+    """One forward pass of SmolLM2 over ``tokens`` tokens of a text.
+
+    Attributes:
+        experiment: ``"context"``, ``"extension"`` or ``"check"``.
+        text: ``"prose"`` or ``"code"``.
+        tokens: T, the sequence length.
+        chunk: which consecutive block of T tokens of the text (0 = its start).
+        method: a key of :func:`methods`.
+    """
+
+    experiment: str
+    text: str
+    tokens: int
+    chunk: int
+    method: str
+
+    def config(self) -> dict:
+        spec = pretrained.MODELS["smollm2"]
+        return {
+            **dataclasses.asdict(self),
+            "scaling": methods()[self.method],
+            "model": spec.requirement,
+            "bucket": BUCKET,
+            "version": VERSION,
+        }
+
+    def key(self) -> str:
+        blob = json.dumps(self.config(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    @property
+    def label(self) -> str:
+        return (
+            f"{self.experiment} {self.text} T={self.tokens} chunk {self.chunk} "
+            f"{self.method}"
+        )
+
+
+def grid() -> list[RealRun]:
+    """Every stored run."""
+    runs = [
+        RealRun("context", text, 8192, chunk, "none")
+        for text in pretrained.TEXTS
+        for chunk in range(3)
+    ]
+    runs += [
+        RealRun("extension", text, 16384, 0, method)
+        for text in pretrained.TEXTS
+        for method in methods()
+    ]
+    return list(CHECKS) + runs
+
+
+# the short runs that --check recomputes: 1024 tokens, the unscaled model and YaRN
+CHECKS = (
+    RealRun("check", "prose", 1024, 0, "none"),
+    RealRun("check", "prose", 1024, 0, "yarn"),
+)
+
+
+def losses(model, ids: torch.Tensor, method: str) -> torch.Tensor:
+    """Per-position losses (T − 1,) of one sequence with a scaling method (a key of
+    :func:`methods`): frequencies from :func:`posenc.scaling.rope_inv_freq` for the
+    sequence's length, rotated by :func:`posenc.pretrained.swap_rope`."""
+    config = pretrained.rope_config(model)
+    inv_freq, factor = rope_inv_freq(
+        config["rotary_dim"], config["base"], methods()[method], seq_len=len(ids)
+    )
+    with pretrained.swap_rope(model, inv_freq=inv_freq, attention_factor=factor):
+        return pretrained.token_losses(model, ids)
+
+
+def bucket_means(values: torch.Tensor, bucket: int = BUCKET) -> list[float]:
+    """Means over consecutive groups of ``bucket`` positions (the last may be
+    shorter)."""
+    return [
+        float(values[i : i + bucket].double().mean())
+        for i in range(0, len(values), bucket)
+    ]
+
+
+def _tokens(tokenizer, text: str, cache: dict) -> torch.Tensor:
+    if text not in cache:
+        # the first 400,000 characters hold more than 3 × 16384 tokens of either text
+        cache[text] = pretrained.text_tokens(
+            tokenizer, pretrained.TEXTS[text]()[:400_000], max_tokens=3 * 16384
+        )
+    return cache[text]
+
+
+def execute(run: RealRun, model, tokenizer, cache: dict | None = None) -> dict:
+    """Run one forward pass and return its record (config, key, results,
+    provenance)."""
+    from importlib.metadata import version
+
+    cache = {} if cache is None else cache
+    ids = _tokens(tokenizer, run.text, cache)
+    ids = ids[run.chunk * run.tokens : (run.chunk + 1) * run.tokens]
+    if len(ids) < run.tokens:
+        raise ValueError(f"{run.text} has fewer than {run.tokens} tokens for {run}")
+    start = time.perf_counter()
+    values = losses(model, ids, run.method)
+    seconds = time.perf_counter() - start
+    return {
+        "key": run.key(),
+        "config": run.config(),
+        "results": {
+            "mean_loss": float(values.double().mean()),
+            "bucket_loss": bucket_means(values),
+        },
+        "provenance": {
+            **_provenance(),
+            "transformers": version("transformers"),
+            "gguf": version("gguf"),
+            "tokens_fingerprint": pretrained.fingerprint(ids),
+            "seconds": round(seconds, 1),
+        },
+    }
+
+
+def _folder() -> Path:
+    return results_dir(NAME)
+
+
+def _stored() -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(_folder().glob("*.json"))}
+
+
+def run_study(*, threads: int | None = None) -> int:
+    """Compute the missing runs (resumable: one file each) and delete files that left
+    the grid; returns how many were computed."""
+    if threads:
+        torch.set_num_threads(threads)
+    folder = _folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    wanted = {r.key(): r for r in grid()}
+    for path in folder.glob("*.json"):
+        if path.stem not in wanted:
+            path.unlink()
+    missing = [r for k, r in wanted.items() if not (folder / f"{k}.json").exists()]
+    if not missing:
+        return 0
+    model, tokenizer = pretrained.load("smollm2")
+    cache: dict = {}
+    for i, run in enumerate(missing, 1):
+        record = execute(run, model, tokenizer, cache)
+        (folder / f"{run.key()}.json").write_text(json.dumps(record, indent=1) + "\n")
+        print(
+            f"[{i}/{len(missing)}] {run.label}: loss "
+            f"{record['results']['mean_loss']:.3f} in "
+            f"{record['provenance']['seconds']:.0f} s",
+            flush=True,
+        )
+    return len(missing)
+
+
+def load_records(*, strict: bool = True) -> list[dict]:
+    """The stored records of the current grid.
+
+    Raises:
+        StaleResultsError: with ``strict``, when a run of the grid has no stored file
+            (a changed configuration, method or model version); the message names the
+            runs and the command.
+    """
+    stored = _stored()
+    missing = [r.label for r in grid() if r.key() not in stored]
+    if missing and strict:
+        raise StaleResultsError(
+            f"the stored real-model study lacks {len(missing)} run(s) of its grid, "
+            f"e.g. {missing[:3]}: run `python -m posenc.pretrained_study` (make study)"
+        )
+    return [stored[r.key()] for r in grid() if r.key() in stored]
+
+
+def load_results(*, strict: bool = True):
+    """The stored results as a long DataFrame: one row per run and bucket, columns
+    ``experiment, text, tokens, chunk, method, position, loss`` (position = the first
+    position of the bucket of :data:`BUCKET` positions; the loss of predicting token
+    position + 1)."""
+    import pandas as pd
+
+    rows = []
+    for record in load_records(strict=strict):
+        c = record["config"]
+        for b, value in enumerate(record["results"]["bucket_loss"]):
+            rows.append(
+                {
+                    **{k: c[k] for k in ("experiment", "text", "tokens", "chunk")},
+                    "method": c["method"],
+                    "position": b * c["bucket"],
+                    "loss": value,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def provenance() -> list[dict]:
+    """Each stored run's label and provenance (versions, machine, date, seconds)."""
+    return [
+        {
+            "run": RealRun(**{k: r["config"][k] for k in _FIELDS}).label,
+            **r["provenance"],
+        }
+        for r in load_records(strict=False)
+    ]
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(RealRun))
+
+
+def reproduce(model=None, tokenizer=None, *, threads: int | None = None) -> list[dict]:
+    """Rerun :data:`CHECKS` from scratch and compare every bucket with the stored
+    value; a run measured on other tokens (another Python's ``pydoc_data``) is
+    reported, not compared.
+
+    Args:
+        model, tokenizer: SmolLM2 as :func:`posenc.pretrained.load` returns it (loaded
+            here when None).
+        threads: torch threads to use (default: leave torch's setting).
+
+    Returns:
+        One dict per run: ``run``, ``same_tokens``, ``difference`` (the largest
+        absolute difference of a bucket mean, nats) and ``ok`` (within
+        :data:`TOLERANCE`, or not comparable).
+    """
+    if threads:
+        torch.set_num_threads(threads)
+    stored = _stored()
+    if model is None:
+        model, tokenizer = pretrained.load("smollm2")
+    rows = []
+    for run in CHECKS:
+        record = stored[run.key()]
+        fresh = execute(run, model, tokenizer)
+        same_text = (
+            fresh["provenance"]["tokens_fingerprint"]
+            == record["provenance"]["tokens_fingerprint"]
+        )
+        diff = max(
+            abs(a - b)
+            for a, b in zip(
+                fresh["results"]["bucket_loss"],
+                record["results"]["bucket_loss"],
+                strict=True,
+            )
+        )
+        rows.append(
+            {
+                "run": run.label,
+                "same_tokens": same_text,
+                "difference": diff,
+                "ok": (not same_text) or diff <= TOLERANCE,
+            }
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m posenc.pretrained_study", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--verify", action="store_true", help="fail when stale")
+    parser.add_argument(
+        "--check", action="store_true", help="--verify, then rerun CHECKS and compare"
+    )
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--list", action="store_true")
+    args = parser.parse_args(argv)
+    if args.list:
+        stored = _stored()
+        for r in grid():
+            print(
+                f"{'stored ' if r.key() in stored else 'missing'} {r.key()}  {r.label}"
+            )
+        return 0
+    if args.verify or args.check:
+        try:
+            records = load_records()
+        except StaleResultsError as err:
+            print(err, file=sys.stderr)
+            return 1
+        print(
+            f"the stored real-model study covers its grid: {len(records)} runs, "
+            f"{sum(r['provenance']['seconds'] for r in records):.0f} s when computed"
+        )
+        if args.verify:
+            return 0
+        start = time.perf_counter()
+        rows = reproduce(threads=args.threads)
+        for r in rows:
+            print(
+                f"{'reproduced' if r['ok'] else 'NOT REPRODUCED'}: {r['run']}, largest "
+                f"difference {r['difference']:.2e} nats"
+                + ("" if r["same_tokens"] else " (other tokens: not compared)")
+            )
+        print(f"checked in {time.perf_counter() - start:.0f} s")
+        return 0 if all(r["ok"] for r in rows) else 1
+    computed = run_study(threads=args.threads)
+    print(f"computed {computed} run(s); results in {_folder()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
