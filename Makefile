@@ -71,7 +71,7 @@ test: pytest prepare study-check notebooks strict-book slides site-tests clean-e
 
 # The study tier (DESIGN.md): the multi-seed length-generalization study (posenc.study) and the
 # real model's long-context runs (posenc.pretrained_study), too long for every build (about 2.5 h
-# and 40 min on 2 cores), stored in src/posenc/results/ with their provenance.
+# and 50 min on 2 cores), stored in src/posenc/results/ with their provenance.
 # `make study` computes what is missing (resumable, one file per run); the book build fails when
 # the stored results do not cover the current grid (study-verify), and `make test` also reruns a
 # sample from scratch and requires the stored values back within a tolerance (study-check).

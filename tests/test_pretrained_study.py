@@ -47,3 +47,27 @@ def test_the_stored_short_runs_reproduce(smollm2):
 def test_bucket_means():
     values = torch.arange(10, dtype=torch.float32)
     assert pretrained_study.bucket_means(values, 4) == [1.5, 5.5, 8.5]
+
+
+def test_the_stored_runs_agree_where_they_overlap():
+    """A causal model's loss at position t depends only on tokens 0 … t + 1: the unscaled
+    16K run's first 8192 positions are the first 8K chunk, and the 1024-token check run is
+    their start (every full bucket, to the bit on the machine that stored them)."""
+    df = pretrained_study.load_results()
+    unscaled = df[df.method == "none"]
+
+    def buckets(experiment, text, chunk, below):
+        rows = unscaled[
+            (unscaled.experiment == experiment)
+            & (unscaled.text == text)
+            & (unscaled.chunk == chunk)
+            & (unscaled.position < below)
+        ]
+        return torch.tensor(rows.sort_values("position").loss.to_numpy())
+
+    for text in ("prose", "code"):
+        first = buckets("context", text, 0, 8192 - 64)
+        extended = buckets("extension", text, 0, 8192 - 64)
+        torch.testing.assert_close(extended, first, rtol=0, atol=1e-4)
+    check = buckets("check", "prose", 0, 1024 - 64)
+    torch.testing.assert_close(check, buckets("context", "prose", 0, 1024 - 64), rtol=0, atol=1e-4)
