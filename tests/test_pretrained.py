@@ -42,6 +42,8 @@ def test_an_unreachable_index_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_INDEX_URL", "https://index.invalid/simple")
     monkeypatch.setenv("PIP_RETRIES", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", "")
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "")  # no other index may answer
+    monkeypatch.delenv("PIP_NO_INDEX", raising=False)
     with pytest.raises(pretrained.PretrainedUnavailableError) as err:
         pretrained.fetch("minilm")
     assert err.value.unreachable
