@@ -408,11 +408,16 @@ def _check_x_4d(x: object) -> torch.Tensor:
     return x
 
 
-def _check_axis_positions(
-    positions: object, num_axes: int, x: torch.Tensor, axes: str
+def check_axis_positions(
+    positions: object, num_axes: int, seq_len: int, batch: int, axes: str
 ) -> torch.Tensor:
-    """Positions (A, T) or (A, B, T) for A axes, as (B or 1, 1, T, A): ready to be
-    indexed by the axis of each pair and to broadcast against x (B, H, T, d_h)."""
+    """Validate positions (A, T) or (A, B, T) of A axes (M-RoPE's (temporal, height,
+    width), 2-D RoPE's and the ViT's (row, column)) and return them unchanged.
+
+    Raises:
+        TypeError: positions not an integer or float tensor.
+        ValueError: another shape (the message names A, T and B), or non-finite ids.
+    """
     if (
         not isinstance(positions, torch.Tensor)
         or positions.is_complex()
@@ -422,7 +427,6 @@ def _check_axis_positions(
             "positions must be an integer or float tensor, got "
             f"{getattr(positions, 'dtype', type(positions))}"
         )
-    batch, _, seq_len, _ = x.shape
     shape = tuple(positions.shape)
     if (
         positions.dim() not in (2, 3)
@@ -432,11 +436,20 @@ def _check_axis_positions(
     ):
         raise ValueError(
             f"positions must have shape ({num_axes}, T) or ({num_axes}, B, T), one row "
-            f"of ids per axis ({axes}), with T={seq_len} and B={batch} from x; got "
-            f"{shape}"
+            f"of ids per axis ({axes}), with T={seq_len} and B={batch}; got {shape}"
         )
     if positions.is_floating_point() and not torch.isfinite(positions).all():
         raise ValueError("positions must be finite, got a tensor with inf or nan")
+    return positions
+
+
+def _axis_positions(
+    positions: object, num_axes: int, x: torch.Tensor, axes: str
+) -> torch.Tensor:
+    """Checked positions (A, T) or (A, B, T) as (B or 1, 1, T, A): ready to be
+    indexed by the axis of each pair and to broadcast against x (B, H, T, d_h)."""
+    batch, _, seq_len, _ = x.shape
+    positions = check_axis_positions(positions, num_axes, seq_len, batch, axes)
     if positions.dim() == 2:
         positions = positions[:, None]
     return positions.movedim(0, -1)[:, None]  # (B or 1, 1, T, A)
@@ -564,7 +577,7 @@ def apply_mrope(
     axis = mrope_axis_of_pair(
         mrope_section, head_dim, mrope_interleaved=mrope_interleaved
     )
-    positions = _check_axis_positions(positions, 3, x, "temporal, height, width")
+    positions = _axis_positions(positions, 3, x, "temporal, height, width")
     inv_freq = compute_inv_freq(head_dim, check_base(base), device=x.device)
     ids = positions.to(device=x.device, dtype=torch.float32)[
         ..., torch.tensor(axis, device=x.device)
@@ -652,7 +665,7 @@ def apply_rope_2d(
     x = _check_x_4d(x)
     layout = check_choice("layout", layout, ROPE_LAYOUTS)
     row_freq, col_freq = rope_2d_inv_freq(x.shape[-1], base, frequencies=frequencies)
-    positions = _check_axis_positions(positions, 2, x, "row, column")
+    positions = _axis_positions(positions, 2, x, "row, column")
     ids = positions.to(device=x.device, dtype=torch.float32)
     quarter = row_freq.numel()
     axis = torch.tensor([0] * quarter + [1] * quarter, device=x.device)

@@ -50,7 +50,7 @@ from torch import nn
 
 from ._checks import check_base, check_choice, check_int
 from .attention import attention_reference, attention_sdpa
-from .rope import apply_rope_2d
+from .rope import apply_rope_2d, check_axis_positions
 from .sinusoidal import SINUSOIDAL_LAYOUTS, sinusoidal_encoding
 from .train import TrainConfig, cache_dir, fit
 from .utils import get_device, seed_everything
@@ -139,32 +139,6 @@ def grid_positions(
         indexing="ij",
     )
     return torch.stack((r.reshape(-1), c.reshape(-1)))
-
-
-def _check_positions_2d(positions: object, seq_len: int, batch: int) -> torch.Tensor:
-    if (
-        not isinstance(positions, torch.Tensor)
-        or positions.is_complex()
-        or positions.dtype == torch.bool
-    ):
-        raise TypeError(
-            "positions must be an integer or float tensor, got "
-            f"{getattr(positions, 'dtype', type(positions))}"
-        )
-    shape = tuple(positions.shape)
-    if (
-        positions.dim() not in (2, 3)
-        or shape[0] != 2
-        or shape[-1] != seq_len
-        or (positions.dim() == 3 and shape[1] not in (1, batch))
-    ):
-        raise ValueError(
-            "positions must have shape (2, T) or (2, B, T), rows (row, column), with "
-            f"T={seq_len} patches and B={batch}; got {shape}"
-        )
-    if positions.is_floating_point() and not torch.isfinite(positions).all():
-        raise ValueError("positions must be finite, got a tensor with inf or nan")
-    return positions
 
 
 def sinusoidal_2d_encoding(
@@ -527,7 +501,9 @@ class TinyViT(nn.Module):
                 f"patches must have shape (B, T, {expected}), got "
                 f"{tuple(patches.shape)}"
             )
-        positions = _check_positions_2d(positions, patches.shape[1], patches.shape[0])
+        positions = check_axis_positions(
+            positions, 2, patches.shape[1], patches.shape[0], "row, column"
+        )
         positions = positions.to(patches.device)
         x = self.embed(patches, positions, grid)
         all_weights = []
