@@ -229,3 +229,31 @@ def test_the_record_hook_sees_unrotated_queries_and_keys(smollm2, ids):
         model.model(ids[None, :16])
     assert sorted(seen) == list(range(30))
     assert seen[0] == ((1, 9, 16, 64), (1, 3, 16, 64))
+
+
+def test_streaming_equals_the_full_pass_until_eviction(smollm2, ids):
+    model, _ = smollm2
+    short = ids[:40]
+    full = pretrained.token_losses(model, short)
+    streamed = pretrained.streaming_token_losses(model, short, sink_tokens=4, window=60)
+    torch.testing.assert_close(streamed, full, atol=1e-4, rtol=0)
+    recomputed = pretrained.window_recompute_token_losses(model, short, window=64)
+    torch.testing.assert_close(recomputed, full, atol=1e-4, rtol=0)
+
+
+def test_streaming_keeps_the_sinks_and_rerotates(smollm2, ids):
+    """Past the cache's size, the window alone and the window with sinks read
+    different keys (equal before); a cache that holds every token reproduces the full
+    pass whatever its split into sinks and window."""
+    model, _ = smollm2
+    tokens = ids[:13]
+    sinks = pretrained.streaming_token_losses(model, tokens, sink_tokens=2, window=6)
+    window = pretrained.streaming_token_losses(model, tokens, sink_tokens=0, window=8)
+    torch.testing.assert_close(sinks[:7], window[:7], atol=1e-4, rtol=0)
+    assert (sinks[8:] - window[8:]).abs().max() > 1e-3
+    everything = pretrained.streaming_token_losses(
+        model, tokens, sink_tokens=2, window=11
+    )
+    torch.testing.assert_close(
+        everything, pretrained.token_losses(model, tokens), atol=1e-4, rtol=0
+    )

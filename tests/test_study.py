@@ -187,6 +187,37 @@ def test_the_grid_holds_every_registered_scheme():
     }
 
 
+def test_the_grid_holds_the_variants_of_todays_models():
+    preset = study.PRESETS["cpu"]
+    lrs = dict.fromkeys(available_schemes(), 3e-3)
+    lrs["rope"] = 1e-2
+    runs = study.main_runs(lrs)
+    variants = study.pattern_variants(64, preset["model"]["num_layers"])
+    assert {f"pattern: {name}" for name in study.STUDY_LAYER_PRESETS} | {
+        f"rope, p = {study.P_ROPE_FRACTION}"
+    } == set(variants)
+    for label in variants:
+        for kind in ("lm", "probe"):
+            chosen = [r for r in runs if r.label == label and r.kind == kind]
+            assert {r.seed for r in chosen} == set(preset["seeds"]), (label, kind)
+            if kind == "lm":  # RoPE's swept learning rate
+                assert {r.lr for r in chosen} == {1e-2}
+    (llama4,) = [r for r in runs if r.label == "pattern: llama4" and r.seed == 0
+                 and r.kind == "lm"]
+    layers = llama4.configs()[0].layers
+    # two layers: one chunked RoPE layer (chunk L/4), one NoPE layer with temperature
+    assert [layer["scheme"] for layer in layers] == ["rope", "none"]
+    assert layers[0]["chunk"] == 16
+    assert layers[1]["query_temperature"]["floor_scale"] == 16
+    (p_rope,) = [r for r in runs if r.label.startswith("rope, p") and r.seed == 0
+                 and r.kind == "lm"]
+    scheme = p_rope.configs()[0]
+    assert scheme.scheme_options["scaling"]["rope_type"] == "proportional"
+    # a uniform model's key does not depend on the layers field
+    uniform = study.StudyRun("lm", "rope", "rope", "{}", 0, 64, 3e-3)
+    assert "layers" not in uniform.configs()[0].to_dict()
+
+
 @pytest.fixture
 def tiny_preset(monkeypatch, tmp_path):
     monkeypatch.setitem(
@@ -209,6 +240,7 @@ def tiny_preset(monkeypatch, tmp_path):
     monkeypatch.setattr(study, "results_dir", lambda name="x": tmp_path / name)
     monkeypatch.setattr(study, "available_schemes", lambda: ("none", "alibi"))
     monkeypatch.setattr(study, "bucket_variants", lambda L: {})
+    monkeypatch.setattr(study, "pattern_variants", lambda L, n: {})
     monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path / "weights"))
     monkeypatch.delenv("POSENC_REQUIRE_CACHED", raising=False)
     return tmp_path

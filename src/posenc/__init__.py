@@ -14,6 +14,7 @@ from . import (  # noqa: F401
     scaling,
     schemes,
     sinusoidal,
+    xpos,
 )
 from .schemes import PositionalScheme, available_schemes, build_scheme, register_scheme
 from .utils import get_device, seed_everything

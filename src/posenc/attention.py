@@ -47,6 +47,73 @@ def causal_mask(
     return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(k_len - q_len)
 
 
+def check_window(name: str, value: object) -> int | None:
+    """A sliding window or chunk size: None (no limit) or an integer ≥ 1.
+
+    Raises:
+        TypeError / ValueError: naming ``name``, the value and the rule.
+    """
+    return None if value is None else check_int(name, value, minimum=1)
+
+
+def attention_mask(
+    q_len: int,
+    k_len: int,
+    *,
+    causal: bool = True,
+    window: int | None = None,
+    chunk: int | None = None,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Boolean mask ``(q_len, k_len)``, True where query i may attend to key j, for
+    causal, sliding-window and chunked attention.
+
+    The queries are the last ``q_len`` of the ``k_len`` keys (bottom-right aligned, as
+    in :func:`causal_mask`): query i sits at index ``i′ = i + k_len − q_len``. Then
+
+    * causal: ``j ≤ i′``;
+    * ``window`` W (sliding-window attention, Beltagy et al. 2020; Gemma 3's local
+      layers): also ``i′ − j < W``, the query and the W − 1 keys before it;
+    * ``chunk`` C (Llama 4's chunked attention): also ``⌊i′/C⌋ = ⌊j/C⌋``, keys of
+      the query's own chunk of C indices.
+
+    The rules are transformers 5.23's ``sliding_window_overlay`` and
+    ``chunked_overlay`` (``masking_utils``), indices counted from the first key.
+
+    Raises:
+        ValueError: ``q_len > k_len``; window or chunk not None or ≥ 1; a window or
+        chunk without ``causal`` (both are defined for decoders here).
+    """
+    window = check_window("window", window)
+    chunk = check_window("chunk", chunk)
+    if not causal:
+        if window is not None or chunk is not None:
+            raise ValueError(
+                "a sliding window or chunk needs causal attention, got "
+                f"causal=False with window={window}, chunk={chunk}"
+            )
+        q_len = check_int("q_len", q_len, minimum=0)
+        k_len = check_int("k_len", k_len, minimum=0)
+        return torch.ones(q_len, k_len, dtype=torch.bool, device=device)
+    allowed = causal_mask(q_len, k_len, device=device)
+    if window is None and chunk is None:
+        return allowed
+    query = torch.arange(k_len - q_len, k_len, device=device)[:, None]
+    key = torch.arange(k_len, device=device)[None, :]
+    if window is not None:
+        allowed = allowed & (query - key < window)
+    if chunk is not None:
+        allowed = allowed & (query // chunk == key // chunk)
+    return allowed
+
+
+def _check_sinks(sinks: torch.Tensor | None, num_heads: int) -> None:
+    if sinks is not None and (sinks.dim() != 1 or sinks.shape[0] != num_heads):
+        raise ValueError(
+            f"sinks must have shape (H,) = ({num_heads},), got {tuple(sinks.shape)}"
+        )
+
+
 def attention_reference(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -55,6 +122,9 @@ def attention_reference(
     bias: torch.Tensor | None = None,
     causal: bool = True,
     scale: float | None = None,
+    window: int | None = None,
+    chunk: int | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Scaled dot-product attention with explicit scores (Vaswani et al. 2017, §3.2.1,
     Eq. 1).
@@ -66,19 +136,41 @@ def attention_reference(
             1/√d_h scaling.
         causal: mask future keys (see :func:`causal_mask`).
         scale: score scale; default 1/√d_h.
+        window, chunk: sliding-window or chunked attention (see
+            :func:`attention_mask`); None for none.
+        sinks: optional (H,) learned sink logits s_h (gpt-oss, OpenAI 2025): one more
+            logit per head in each softmax's denominator, attached to no value, so
+            that a row's weights sum to 1 − e^{s_h}/(e^{s_h} + Σ_j e^{score_j}) < 1
+            (transformers 5.23's ``GptOssAttention``).
 
     Returns:
         ``(out, weights)``: out (B, H, T_q, d_h) in q's dtype; weights (B, H, T_q, T_k),
-        the attention probabilities (each row sums to 1).
+        the attention probabilities (each row sums to 1, or less with sinks).
+
+    Raises:
+        ValueError: sinks not of shape (H,); as :func:`attention_mask`.
     """
+    _check_sinks(sinks, q.shape[-3])
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     scores = (q @ k.transpose(-2, -1)).float() * scale
     if bias is not None:
         scores = scores + bias.float()
-    if causal:
-        allowed = causal_mask(q.shape[-2], k.shape[-2], device=q.device)
+    if causal or window is not None or chunk is not None:
+        allowed = attention_mask(
+            q.shape[-2],
+            k.shape[-2],
+            causal=causal,
+            window=window,
+            chunk=chunk,
+            device=q.device,
+        )
         scores = scores.masked_fill(~allowed, float("-inf"))
-    weights = scores.softmax(dim=-1).to(q.dtype)
+    if sinks is None:
+        weights = scores.softmax(dim=-1)
+    else:
+        sink = sinks.float().view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+        weights = torch.cat((scores, sink), dim=-1).softmax(dim=-1)[..., :-1]
+    weights = weights.to(q.dtype)
     return weights @ v, weights
 
 
@@ -90,29 +182,43 @@ def attention_sdpa(
     bias: torch.Tensor | None = None,
     causal: bool = True,
     scale: float | None = None,
+    window: int | None = None,
+    chunk: int | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The same attention as :func:`attention_reference` through
     :func:`torch.nn.functional.scaled_dot_product_attention`.
 
-    Without a bias and with ``T_q == T_k`` the causal case uses ``is_causal=True`` and
-    never builds a T×T tensor; with a bias, the bias (with −inf at masked places) is
-    passed as a float mask.
+    Without a bias, window, chunk or sinks and with ``T_q == T_k`` the causal case
+    uses ``is_causal=True`` and never builds a T×T tensor; a window or chunk is passed
+    as a boolean mask, a bias (with −inf at masked places) as a float mask. Sinks
+    append one key of zeros with a zero value, whose score, 0 · scale + mask, is the
+    sink logit s_h put in the mask's extra column.
 
-    Args / Returns: as :func:`attention_reference`, without the weights.
+    Args / Returns / Raises: as :func:`attention_reference`, without the weights.
     """
+    _check_sinks(sinks, q.shape[-3])
     q_len, k_len = q.shape[-2], k.shape[-2]
-    if bias is None:
+    plain = window is None and chunk is None and sinks is None
+    if bias is None and plain:
         if not causal:
             return F.scaled_dot_product_attention(q, k, v, scale=scale)
         if q_len == k_len:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=causal_mask(q_len, k_len, device=q.device), scale=scale
-        )
-    mask = bias.to(q.dtype)
-    if causal:
-        allowed = causal_mask(q_len, k_len, device=q.device)
-        mask = mask.masked_fill(~allowed, float("-inf"))
+    allowed = attention_mask(
+        q_len, k_len, causal=causal, window=window, chunk=chunk, device=q.device
+    )
+    if bias is None and sinks is None:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)
+    mask = torch.zeros(allowed.shape, device=q.device) if bias is None else bias
+    mask = mask.to(q.dtype).masked_fill(~allowed, float("-inf"))
+    if sinks is not None:
+        shape = torch.broadcast_shapes(mask.shape, (*q.shape[:-1], k_len))
+        sink = sinks.to(q.dtype).view(1, -1, 1, 1).expand(*shape[:-1], 1)
+        mask = torch.cat((mask.expand(shape), sink), dim=-1)
+        zero = q.new_zeros((*k.shape[:-2], 1, k.shape[-1]))
+        k = torch.cat((k, zero), dim=-2)
+        v = torch.cat((v, zero.expand(*v.shape[:-2], 1, v.shape[-1])), dim=-2)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
 
@@ -129,24 +235,55 @@ def _compiled_flex_functions():
 
 
 @functools.lru_cache(maxsize=32)
-def flex_block_mask(q_len: int, k_len: int, causal: bool, device: str):
-    """The FlexAttention ``BlockMask`` of a (bottom-right aligned) causal or full
-    attention, built by a compiled ``create_block_mask`` (the eager one evaluates the
-    mask on a dense ``q_len × k_len`` grid) and cached per shape.
+def flex_block_mask(
+    q_len: int,
+    k_len: int,
+    causal: bool,
+    device: str,
+    window: int | None = None,
+    chunk: int | None = None,
+):
+    """The FlexAttention ``BlockMask`` of a (bottom-right aligned) causal, full,
+    sliding-window or chunked attention (the rules of :func:`attention_mask`), built by
+    a compiled ``create_block_mask`` (the eager one evaluates the mask on a dense
+    ``q_len × k_len`` grid) and cached per shape.
 
     Without a block mask, torch 2.13's CPU kernel stores a ``T × T`` buffer; with one it
-    does not, and on every device it skips the blocks above the diagonal.
+    does not, and on every device it skips the blocks the mask rules out: above the
+    diagonal, and outside the window or chunk.
+
+    Raises:
+        ValueError: as :func:`attention_mask`.
     """
+    window = check_window("window", window)
+    chunk = check_window("chunk", chunk)
+    if not causal and (window is not None or chunk is not None):
+        raise ValueError(
+            "a sliding window or chunk needs causal attention, got causal=False with "
+            f"window={window}, chunk={chunk}"
+        )
     offset = k_len - q_len
 
     def causal_mask_mod(b, h, q_idx, kv_idx):
         return q_idx + offset >= kv_idx
 
+    def window_mask_mod(b, h, q_idx, kv_idx):
+        query = q_idx + offset
+        allowed = query >= kv_idx
+        if window is not None:
+            allowed = allowed & (query - kv_idx < window)
+        if chunk is not None:
+            allowed = allowed & (query // chunk == kv_idx // chunk)
+        return allowed
+
     def full_mask_mod(b, h, q_idx, kv_idx):
         return q_idx >= 0
 
     _, create_block_mask = _compiled_flex_functions()
-    mask_mod = causal_mask_mod if causal else full_mask_mod
+    if window is not None or chunk is not None:
+        mask_mod = window_mask_mod
+    else:
+        mask_mod = causal_mask_mod if causal else full_mask_mod
     return create_block_mask(mask_mod, None, None, q_len, k_len, device=device)
 
 
@@ -158,16 +295,18 @@ def attention_flex(
     score_mod=None,
     causal: bool = True,
     scale: float | None = None,
+    window: int | None = None,
+    chunk: int | None = None,
 ) -> torch.Tensor:
     """The same attention through FlexAttention (``torch.nn.attention.flex_attention``),
     compiled once per process: the bias comes from ``score_mod`` and is applied inside
-    the kernel, and the causal mask is a block mask (:func:`flex_block_mask`), so no T×T
-    score, bias or mask tensor is stored.
+    the kernel, and the causal, sliding-window or chunked mask is a block mask
+    (:func:`flex_block_mask`), so no T×T score, bias or mask tensor is stored.
 
     Args:
         q, k, v: as :func:`attention_reference`. score_mod: ``(score, b, h, q_idx,
         kv_idx) → score`` or None. causal: mask future keys (bottom-right aligned).
-        scale: default 1/√d_h.
+        scale: default 1/√d_h. window, chunk: as :func:`attention_mask`.
 
     Returns:
         (B, H, T_q, d_h). The first call compiles (tens of seconds on a CPU). On the
@@ -175,7 +314,9 @@ def attention_flex(
         inference, and train on SDPA or a GPU.
     """
     flex_attention, _ = _compiled_flex_functions()
-    block_mask = flex_block_mask(q.shape[-2], k.shape[-2], causal, str(q.device))
+    block_mask = flex_block_mask(
+        q.shape[-2], k.shape[-2], causal, str(q.device), window, chunk
+    )
     return flex_attention(
         q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale
     )
@@ -259,6 +400,158 @@ class KVCache:
         return torch.arange(start, start + seq_len, device=device)
 
 
+class StreamingLayerKVCache(LayerKVCache):
+    """One layer's cache for StreamingLLM (Xiao et al. 2024, "Efficient Streaming
+    Language Models with Attention Sinks", §3.2): it keeps the first ``sink_tokens``
+    keys (the attention sinks) and the last ``window`` keys, at most
+    ``sink_tokens + window`` in all, and evicts the ones between.
+
+    Positions are *slots in the cache*, not positions in the text: the keys are stored
+    **before** the scheme's transform, and every step transforms all of them again at
+    their current slots ``0 … len − 1`` (for RoPE: the cached keys are re-rotated), as
+    StreamingLLM does, so that no distance ever exceeds the cache's size. A scheme that
+    acts on the embeddings (sinusoidal, learned) cannot be re-positioned this way.
+    """
+
+    reassigns_positions = True
+
+    def __init__(self, sink_tokens: int, window: int) -> None:
+        super().__init__()
+        self.sink_tokens = check_int("sink_tokens", sink_tokens, minimum=0)
+        self.window = check_int("window", window, minimum=1)
+        self.seen = 0
+
+    @property
+    def capacity(self) -> int:
+        return self.sink_tokens + self.window
+
+    def next_slots(self, seq_len: int) -> range:
+        """The slots the next ``seq_len`` tokens will take (see :meth:`append`)."""
+        stored = len(self)
+        if stored + seq_len <= self.capacity:
+            return range(stored, stored + seq_len)
+        if seq_len != 1:
+            raise ValueError(
+                f"a full streaming cache ({stored} of {self.capacity} slots) takes one "
+                f"token per step, got {seq_len}"
+            )
+        return range(self.capacity - 1, self.capacity)
+
+    def append(self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor):
+        """Add untransformed keys and values (B, H, T_new, d_h); evict past the
+        capacity; return ``(k, v, slots)`` with slots ``0 … T_k − 1``.
+
+        Raises:
+            ValueError: ``positions`` not (T_new,) or not the slots of
+            :meth:`next_slots` (absolute positions would be silently wrong here).
+        """
+        slots = self.next_slots(k.shape[-2])
+        expected = torch.arange(slots.start, slots.stop, device=positions.device)
+        if positions.dim() != 1 or not torch.equal(
+            positions.to(expected.dtype), expected
+        ):
+            raise ValueError(
+                "a streaming cache positions tokens by their slot: expected positions "
+                f"{expected.tolist()}, got {positions.tolist()}"
+            )
+        self.seen += k.shape[-2]
+        if self.k is None:
+            self.k, self.v = k, v
+        else:
+            self.k = torch.cat((self.k, k), dim=-2)
+            self.v = torch.cat((self.v, v), dim=-2)
+        if len(self) > self.capacity:
+            keep = torch.cat(
+                (
+                    torch.arange(self.sink_tokens),
+                    torch.arange(len(self) - self.window, len(self)),
+                )
+            ).to(self.k.device)
+            self.k = self.k.index_select(-2, keep)
+            self.v = self.v.index_select(-2, keep)
+        self.positions = torch.arange(len(self), device=k.device)
+        return self.k, self.v, self.positions
+
+
+class StreamingKVCache(KVCache):
+    """A :class:`StreamingLayerKVCache` per layer: ``len(cache)`` counts the tokens
+    seen, :meth:`next_positions` gives the slots of the next tokens (for the model's
+    embedding and the queries).
+
+    Args:
+        num_layers: N. sink_tokens: S first tokens kept for good (StreamingLLM uses
+            4; 0 gives plain window attention with re-positioned keys). window: W
+            most recent tokens kept, the new one included.
+    """
+
+    def __init__(self, num_layers: int, *, sink_tokens: int, window: int) -> None:
+        num_layers = check_int("num_layers", num_layers, minimum=1)
+        self.layers = [
+            StreamingLayerKVCache(sink_tokens, window) for _ in range(num_layers)
+        ]
+
+    def __len__(self) -> int:
+        return self.layers[0].seen
+
+    def next_positions(
+        self, seq_len: int, *, device: torch.device | str | None = None
+    ) -> torch.Tensor:
+        slots = self.layers[0].next_slots(seq_len)
+        return torch.arange(slots.start, slots.stop, device=device)
+
+
+def query_temperature_scale(
+    positions: torch.Tensor, *, floor_scale: float, attn_scale: float
+) -> torch.Tensor:
+    """Llama 4's attention temperature for its NoPE layers: queries are multiplied by
+
+        τ(p) = 1 + attn_scale · log(1 + ⌊(p + 1) / floor_scale⌋),
+
+    which is 1 for p < floor_scale − 1 and grows like log p after, so that the scores of
+    a layer without positions stay sharp when the context grows (transformers 5.23,
+    ``Llama4TextAttention.forward``; Llama 4 uses floor_scale 8192, attn_scale 0.1).
+
+    Args:
+        positions: integer or float positions, any shape. floor_scale: > 0.
+        attn_scale: ≥ 0.
+
+    Returns:
+        float32 τ of the positions' shape.
+    """
+    return (
+        torch.log1p(torch.floor((positions.float() + 1.0) / floor_scale)) * attn_scale
+        + 1.0
+    )
+
+
+def check_query_temperature(value: object) -> dict | None:
+    """None, or a dict with exactly ``floor_scale`` (> 0) and ``attn_scale`` (≥ 0).
+
+    Raises:
+        TypeError / ValueError: naming the value and the rule.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"floor_scale", "attn_scale"}:
+        raise ValueError(
+            "query_temperature must be None or a dict with the keys 'floor_scale' and "
+            f"'attn_scale', got {value!r}"
+        )
+    floor_scale, attn_scale = value["floor_scale"], value["attn_scale"]
+    for name, v in (("floor_scale", floor_scale), ("attn_scale", attn_scale)):
+        real = isinstance(v, (int, float)) and not isinstance(v, bool)
+        if not real or not math.isfinite(v):
+            raise TypeError(
+                f"query_temperature[{name!r}] must be a finite real number, got {v!r}"
+            )
+    if floor_scale <= 0 or attn_scale < 0:
+        raise ValueError(
+            "query_temperature needs floor_scale > 0 and attn_scale >= 0, got "
+            f"floor_scale={floor_scale}, attn_scale={attn_scale}"
+        )
+    return {"floor_scale": float(floor_scale), "attn_scale": float(attn_scale)}
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head self-attention whose positional behaviour comes from a
     :class:`PositionalScheme`.
@@ -270,6 +563,14 @@ class MultiHeadAttention(nn.Module):
         d_model: model width d. num_heads: heads H (d must be divisible by H).
         scheme: the positional scheme (may be shared between layers).
         causal: mask future positions (decoder) or not (encoder).
+        window: sliding-window attention over the last ``window`` keys (Gemma 3's
+            local layers), or None. chunk: chunked attention (Llama 4's RoPE layers),
+            or None. See :func:`attention_mask`.
+        query_temperature: None or ``{"floor_scale", "attn_scale"}``: queries scaled
+            by :func:`query_temperature_scale` of their positions (Llama 4's NoPE
+            layers).
+        sink: a learned sink logit per head (gpt-oss), the parameter ``sinks`` (H,),
+            initialised to 0.
 
     Shape:
         ``forward(x, positions)``: x (B, T, d); positions (T,) or (B, T) → (B, T, d),
@@ -283,8 +584,22 @@ class MultiHeadAttention(nn.Module):
         scheme: PositionalScheme,
         *,
         causal: bool = True,
+        window: int | None = None,
+        chunk: int | None = None,
+        query_temperature: dict | None = None,
+        sink: bool = False,
     ) -> None:
         super().__init__()
+        self.window = check_window("window", window)
+        self.chunk = check_window("chunk", chunk)
+        if not causal and (self.window is not None or self.chunk is not None):
+            raise ValueError(
+                "a sliding window or chunk needs causal=True, got "
+                f"window={window}, chunk={chunk}"
+            )
+        self.query_temperature = check_query_temperature(query_temperature)
+        if not isinstance(sink, bool):
+            raise TypeError(f"sink must be a bool, got {sink!r}")
         self.d_model = check_int("d_model", d_model, minimum=1)
         self.num_heads = check_int("num_heads", num_heads, minimum=1)
         if d_model % num_heads:
@@ -296,6 +611,7 @@ class MultiHeadAttention(nn.Module):
         self.causal = causal
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.proj = nn.Linear(d_model, d_model, bias=False)
+        self.sinks = nn.Parameter(torch.zeros(num_heads)) if sink else None
 
     def forward(
         self,
@@ -358,12 +674,26 @@ class MultiHeadAttention(nn.Module):
         q, k, v = qkv.permute(2, 0, 3, 1, 4)
         # positions broadcast over the heads: (T,) stays, (B, T) becomes (B, 1, T)
         pos = positions if positions.dim() == 1 else positions[:, None, :]
-        q, k = self.scheme.transform_qk(q, k, pos, pos)
-        k_pos = pos
-        if cache is not None:
+        if getattr(cache, "reassigns_positions", False):
+            # StreamingLLM: all cached keys are transformed again at their slots
             k, v, k_pos = cache.append(k, v, pos)
+            q, k = self.scheme.transform_qk(q, k, pos, k_pos)
+        else:
+            q, k = self.scheme.transform_qk(q, k, pos, pos)
+            k_pos = pos
+            if cache is not None:
+                k, v, k_pos = cache.append(k, v, pos)
+        if self.query_temperature is not None:
+            tau = query_temperature_scale(pos, **self.query_temperature)
+            q = (q * tau[..., None].to(q.device)).to(q.dtype)
+        masks = dict(window=self.window, chunk=self.chunk)
         weights = None
         if impl == "flex":
+            if self.sinks is not None:
+                raise ValueError(
+                    "impl='flex' does not take sink logits here; use 'sdpa' or "
+                    "'reference'"
+                )
             bias = None
             score_mod = self.scheme.score_mod(pos, k_pos)
             has_bias = type(self.scheme).score_bias is not PositionalScheme.score_bias
@@ -373,7 +703,7 @@ class MultiHeadAttention(nn.Module):
                     "score_mod for impl='flex'"
                 )
             out = attention_flex(
-                q, k, v, score_mod=score_mod, causal=self.causal, scale=scale
+                q, k, v, score_mod=score_mod, causal=self.causal, scale=scale, **masks
             )
         else:
             bias = self.scheme.score_bias(q, k, pos, k_pos)
@@ -382,12 +712,28 @@ class MultiHeadAttention(nn.Module):
                 _check_bias(bias, shape, self.scheme.name)
         if use_reference:
             out, weights = attention_reference(
-                q, k, v, bias=bias, causal=self.causal, scale=scale
+                q,
+                k,
+                v,
+                bias=bias,
+                causal=self.causal,
+                scale=scale,
+                sinks=self.sinks,
+                **masks,
             )
             term = self.scheme.value_term(weights, pos, k_pos)
             if term is not None:
                 out = out + term
         elif impl != "flex":
-            out = attention_sdpa(q, k, v, bias=bias, causal=self.causal, scale=scale)
+            out = attention_sdpa(
+                q,
+                k,
+                v,
+                bias=bias,
+                causal=self.causal,
+                scale=scale,
+                sinks=self.sinks,
+                **masks,
+            )
         out = out.transpose(1, 2).reshape(batch, seq_len, self.d_model)
         return self.proj(out), (weights if need_weights else None)

@@ -227,6 +227,10 @@ def perplexity_table(
     return "\n".join(lines)
 
 
+#: The label of the book's RoPE model with a learned sink logit per head in every
+#: layer (gpt-oss), for the streaming section of "Mixing layers".
+SINK_LABEL = "rope, sink logit"
+
 #: The context-extension chapter extends the RoPE model this many times.
 CONTEXT_FACTOR = 4
 
@@ -238,13 +242,15 @@ class BookRun:
     that run at ``fine_tune_multiple`` × the training length with ``fine_tune_options``.
 
     Options are stored as JSON text so that a run is hashable and picklable (it crosses
-    to the worker processes of :mod:`posenc.prepare`)."""
+    to the worker processes of :mod:`posenc.prepare`); so is ``layers``, a layer
+    pattern (:attr:`posenc.model.ModelConfig.layers`) or "" for a uniform model."""
 
     scheme: str
     options: str = "{}"
     fine_tune_multiple: int | None = None
     fine_tune_options: str = "{}"
     label: str = ""
+    layers: str = ""
 
     @classmethod
     def of(
@@ -254,6 +260,7 @@ class BookRun:
         label: str = "",
         fine_tune_multiple: int | None = None,
         fine_tune_options: dict | None = None,
+        layers: list[dict] | None = None,
         **options,
     ) -> "BookRun":
         return cls(
@@ -262,6 +269,7 @@ class BookRun:
             fine_tune_multiple,
             json.dumps(fine_tune_options or {}, sort_keys=True),
             label or scheme,
+            "" if layers is None else json.dumps(layers, sort_keys=True),
         )
 
     @property
@@ -278,6 +286,8 @@ class BookRun:
     ) -> tuple[tuple[ModelConfig, TrainConfig], tuple | None]:
         """``(base configs, fine-tune configs or None)``."""
         base = experiment_config(self.scheme, scale=scale, **json.loads(self.options))
+        if self.layers:
+            base = (replace(base[0], layers=json.loads(self.layers)), base[1])
         if self.fine_tune_multiple is None:
             return base, None
         tuned = fine_tune_config(
@@ -323,6 +333,10 @@ def book_runs(scale: str = "small") -> list[BookRun]:
     runs.append(
         BookRun.of("deberta", max_position=train_len, label="deberta, max_position = L")
     )
+    # RoPE with gpt-oss's learned sink logit in every layer (streaming without sinks)
+    num_layers = experiment_config("rope", scale=scale)[0].num_layers
+    sink_layers = [{"sink": True}] * num_layers
+    runs.append(BookRun.of("rope", layers=sink_layers, label=SINK_LABEL))
     methods = scaling_methods(train_len, float(CONTEXT_FACTOR))
     # Dynamic NTK set to s = 4 runs at s' = 4·4 − 3 = 13 when fine-tuned at 4L; with
     # factor 1 it runs at s' = 4 there: the comparison at a matched effective factor.

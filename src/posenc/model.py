@@ -9,14 +9,32 @@ enough to train in a minute on a laptop CPU and reads top to bottom in one sitti
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 
 import torch
 from torch import nn
 
 from ._checks import check_choice, check_int
-from .attention import ATTENTION_IMPLS, KVCache, MultiHeadAttention
-from .schemes import build_scheme, get_scheme_class
+from .attention import (
+    ATTENTION_IMPLS,
+    KVCache,
+    MultiHeadAttention,
+    StreamingKVCache,
+    check_query_temperature,
+    check_window,
+)
+from .schemes import PositionalScheme, build_scheme, get_scheme_class
+
+#: The keys a layer of :attr:`ModelConfig.layers` may hold.
+LAYER_KEYS = (
+    "scheme",
+    "scheme_options",
+    "window",
+    "chunk",
+    "query_temperature",
+    "sink",
+)
 
 
 @dataclass
@@ -30,13 +48,26 @@ class ModelConfig:
         vocab_size: 256 for the byte-level corpus.
         d_model: width d. num_heads: H. num_layers: N blocks. mlp_ratio: MLP hidden
             width / d.
-        attn_impl: ``"auto"``, ``"reference"`` or ``"sdpa"`` (see
+        attn_impl: ``"auto"``, ``"reference"``, ``"sdpa"`` or ``"flex"`` (see
             MultiHeadAttention.forward).
+        layers: None (every layer the same: ``scheme`` with ``scheme_options``, full
+            causal attention), or one dict per layer for a *layer pattern* (Llama 4,
+            Gemma 3, SmolLM3, Command R7B: see :func:`layer_preset`) with keys from
+            :data:`LAYER_KEYS`: ``scheme`` and ``scheme_options`` (default: the
+            model's ``scheme`` and ``scheme_options``; a layer that names another
+            scheme gets ``{}``), ``window`` (sliding window) or ``chunk`` (chunked
+            attention), ``query_temperature`` (Llama 4's NoPE temperature) and
+            ``sink`` (a learned sink logit per head, gpt-oss); see
+            :class:`~posenc.attention.MultiHeadAttention`. A pattern's schemes act
+            inside attention; a scheme that adds to the embeddings (sinusoidal,
+            learned) acts once, before the first layer, and cannot be given per
+            layer.
 
     Raises:
         ValueError / TypeError: on construction, for an unknown scheme or attention
-        path, sizes that are not positive integers, or d_model not divisible by
-        num_heads.
+        path, sizes that are not positive integers, d_model not divisible by
+        num_heads, or a ``layers`` list that is not one valid dict per layer (the
+        message names the layer and the rule).
     """
 
     scheme: str = "sinusoidal"
@@ -47,6 +78,7 @@ class ModelConfig:
     num_layers: int = 2
     mlp_ratio: int = 4
     attn_impl: str = "auto"
+    layers: list[dict] | None = None
 
     def __post_init__(self) -> None:
         scheme_cls = get_scheme_class(self.scheme)
@@ -69,19 +101,97 @@ class ModelConfig:
                 "scheme_options must be a dict, got "
                 f"{type(self.scheme_options).__name__}"
             )
+        if self.layers is not None:
+            self.layers = self._checked_layers()
+
+    def _checked_layers(self) -> list[dict]:
+        if not isinstance(self.layers, (list, tuple)) or len(self.layers) != (
+            self.num_layers
+        ):
+            raise ValueError(
+                f"layers must be a list of num_layers = {self.num_layers} dicts, got "
+                f"{self.layers!r}"
+            )
+        out = []
+        for i, layer in enumerate(self.layers):
+            if not isinstance(layer, dict) or set(layer) - set(LAYER_KEYS):
+                raise ValueError(
+                    f"layers[{i}] must be a dict with keys from {LAYER_KEYS}, got "
+                    f"{layer!r}"
+                )
+            spec = self.layer_spec(layer)
+            for name in (spec["scheme"], self.scheme):
+                cls = get_scheme_class(name)
+                if cls.embed is not PositionalScheme.embed:
+                    raise ValueError(
+                        f"layers[{i}]: scheme {name!r} adds to the embeddings, once "
+                        "before the first layer; a layer pattern takes schemes that "
+                        "act inside attention"
+                    )
+                if self.attn_impl in ("sdpa", "flex") and cls.needs_attention_weights:
+                    raise ValueError(
+                        f"layers[{i}]: attn_impl={self.attn_impl!r} cannot serve "
+                        f"scheme {name!r}, whose value term needs the weights"
+                    )
+            if not isinstance(spec["scheme_options"], dict):
+                raise TypeError(
+                    f"layers[{i}]['scheme_options'] must be a dict, got "
+                    f"{spec['scheme_options']!r}"
+                )
+            check_window(f"layers[{i}]['window']", spec["window"])
+            check_window(f"layers[{i}]['chunk']", spec["chunk"])
+            check_query_temperature(spec["query_temperature"])
+            if not isinstance(spec["sink"], bool):
+                raise TypeError(
+                    f"layers[{i}]['sink'] must be a bool, got {spec['sink']!r}"
+                )
+            if spec["sink"] and self.attn_impl == "flex":
+                raise ValueError(
+                    f"layers[{i}]: attn_impl='flex' does not take sink logits"
+                )
+            out.append(dict(layer))
+        return out
+
+    def layer_spec(self, layer: dict | None) -> dict:
+        """A layer's full specification, its defaults filled in: ``{"scheme",
+        "scheme_options", "window", "chunk", "query_temperature", "sink"}``."""
+        layer = layer or {}
+        scheme = layer.get("scheme", self.scheme)
+        default_options = self.scheme_options if scheme == self.scheme else {}
+        return {
+            "scheme": scheme,
+            "scheme_options": layer.get("scheme_options", default_options),
+            "window": layer.get("window"),
+            "chunk": layer.get("chunk"),
+            "query_temperature": layer.get("query_temperature"),
+            "sink": layer.get("sink", False),
+        }
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The config as a dict; without ``layers`` when it is None, so that adding
+        the field left the cache keys of uniform models unchanged."""
+        out = asdict(self)
+        if out["layers"] is None:
+            del out["layers"]
+        return out
 
 
 class Block(nn.Module):
     """One pre-norm transformer block."""
 
-    def __init__(self, config: ModelConfig, scheme) -> None:
+    def __init__(self, config: ModelConfig, scheme, layer: dict | None = None) -> None:
         super().__init__()
+        spec = config.layer_spec(layer)
         self.ln1 = nn.LayerNorm(config.d_model)
         self.attn = MultiHeadAttention(
-            config.d_model, config.num_heads, scheme, causal=True
+            config.d_model,
+            config.num_heads,
+            scheme,
+            causal=True,
+            window=spec["window"],
+            chunk=spec["chunk"],
+            query_temperature=spec["query_temperature"],
+            sink=spec["sink"],
         )
         self.ln2 = nn.LayerNorm(config.d_model)
         hidden = config.mlp_ratio * config.d_model
@@ -129,8 +239,28 @@ class TinyLM(nn.Module):
             num_heads=config.num_heads,
             **config.scheme_options,
         )
+        layers = config.layers or [None] * config.num_layers
+        # one scheme module per distinct (scheme, options), shared by its layers, as
+        # the one scheme of a uniform model is shared by all
+        schemes = {_spec_key(config.scheme, config.scheme_options): self.scheme}
+        layer_schemes = []
+        for layer in layers:
+            spec = config.layer_spec(layer)
+            key = _spec_key(spec["scheme"], spec["scheme_options"])
+            if key not in schemes:
+                schemes[key] = build_scheme(
+                    spec["scheme"],
+                    d_model=config.d_model,
+                    num_heads=config.num_heads,
+                    **spec["scheme_options"],
+                )
+            layer_schemes.append(schemes[key])
+        self.layer_schemes = nn.ModuleList(
+            m for m in schemes.values() if m is not self.scheme
+        )
         self.blocks = nn.ModuleList(
-            Block(config, self.scheme) for _ in range(config.num_layers)
+            Block(config, scheme, layer)
+            for scheme, layer in zip(layer_schemes, layers, strict=True)
         )
         self.ln_f = nn.LayerNorm(config.d_model)
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
@@ -139,6 +269,36 @@ class TinyLM(nn.Module):
         """An empty :class:`~posenc.attention.KVCache` for incremental decoding with
         this model."""
         return KVCache(self.config.num_layers)
+
+    def new_streaming_cache(self, *, sink_tokens: int, window: int) -> StreamingKVCache:
+        """An empty :class:`~posenc.attention.StreamingKVCache` (StreamingLLM, Xiao et
+        al. 2024): the first ``sink_tokens`` tokens and the last ``window`` are kept,
+        and positions are slots in the cache. Feed it one token per step once it is
+        full.
+
+        Raises:
+            ValueError: the scheme adds to the embeddings (sinusoidal, learned): its
+            positions cannot be re-assigned to cached keys.
+        """
+        if type(self.scheme).embed is not PositionalScheme.embed:
+            raise ValueError(
+                f"scheme {self.config.scheme!r} adds positions to the embeddings; a "
+                "streaming cache re-positions cached keys and needs a scheme that acts "
+                "inside attention"
+            )
+        return StreamingKVCache(
+            self.config.num_layers, sink_tokens=sink_tokens, window=window
+        )
+
+    @property
+    def max_positions(self) -> int | None:
+        """The longest sequence every layer's scheme can encode (None: no limit)."""
+        limits = [
+            m.max_positions
+            for m in (self.scheme, *self.layer_schemes)
+            if m.max_positions is not None
+        ]
+        return min(limits) if limits else None
 
     def forward(
         self,
@@ -214,3 +374,100 @@ class TinyLM(nn.Module):
     def num_parameters(self) -> int:
         """Number of distinct trainable parameters."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+
+def _spec_key(scheme: str, options: dict) -> str:
+    return json.dumps([scheme, options], sort_keys=True, default=str)
+
+
+#: The positional layer patterns of open-weight models, from their transformers 5.23
+#: config classes (the rows of :func:`posenc.open_models.positional_settings`): the
+#: period, and the local and global layers' settings; ``W`` stands for the window.
+#: The last layer of each period is the global one, as in the config classes
+#: (``(i + 1) % period == 0``).
+LAYER_PRESETS: dict[str, dict] = {
+    # Llama 4 (iRoPE): 3 chunked RoPE layers (chunk 8192), then a global NoPE layer
+    # whose queries get the attention temperature (floor_scale 8192 = the chunk)
+    "llama4": {
+        "period": 4,
+        "local": {"scheme": "rope", "base": 500000.0, "chunk": "W"},
+        "global": {"scheme": "none", "temperature": 0.1},
+    },
+    # Gemma 3: 5 sliding-window layers at base 10,000, then a global one at 1,000,000
+    "gemma3": {
+        "period": 6,
+        "local": {"scheme": "rope", "base": 10000.0, "window": "W"},
+        "global": {"scheme": "rope", "base": 1000000.0},
+    },
+    # SmolLM3: full attention everywhere, RoPE (base 2,000,000) except every 4th layer
+    "smollm3": {
+        "period": 4,
+        "local": {"scheme": "rope", "base": 2000000.0},
+        "global": {"scheme": "none"},
+    },
+    # Command R7B (Cohere2): 3 sliding RoPE layers, then a global layer without RoPE
+    "command_r7b": {
+        "period": 4,
+        "local": {"scheme": "rope", "base": 10000.0, "window": "W"},
+        "global": {"scheme": "none"},
+    },
+    # gpt-oss: sliding and full layers alternate, RoPE at base 150,000 on both, and
+    # every layer has a learned sink logit per head (its YaRN scaling is left out: it
+    # extends a trained model)
+    "gpt_oss": {
+        "period": 2,
+        "local": {"scheme": "rope", "base": 150000.0, "window": "W", "sink": True},
+        "global": {"scheme": "rope", "base": 150000.0, "sink": True},
+    },
+}
+
+
+def layer_preset(
+    name: str, num_layers: int, *, window: int, period: int | None = None
+) -> list[dict]:
+    """The :attr:`ModelConfig.layers` of a model's positional layer pattern, scaled
+    to a small model.
+
+    Each preset keeps its model's schemes, RoPE bases, temperature and sinks
+    (:data:`LAYER_PRESETS`); what cannot keep its size is scaled: the window or chunk
+    (and Llama 4's ``floor_scale``, its chunk size) is ``window``, and ``period`` may
+    be shortened for a model with fewer layers than one period (a 2-layer model with
+    ``period=2`` has one local and one global layer).
+
+    Args:
+        name: a key of :data:`LAYER_PRESETS`. num_layers: N ≥ 1. window: W ≥ 1
+            (positions). period: default the model's own.
+
+    Returns:
+        N layer dicts; layer i is global when ``(i + 1) % period == 0``.
+
+    Raises:
+        ValueError / TypeError: unknown name (the message lists the presets), sizes
+        not positive integers.
+    """
+    preset = LAYER_PRESETS[check_choice("name", name, tuple(LAYER_PRESETS))]
+    num_layers = check_int("num_layers", num_layers, minimum=1)
+    window = check_int("window", window, minimum=1)
+    period = preset["period"] if period is None else period
+    period = check_int("period", period, minimum=1)
+
+    def layer(kind: dict) -> dict:
+        out: dict = {"scheme": kind["scheme"]}
+        if "base" in kind:
+            out["scheme_options"] = {"base": kind["base"]}
+        for key in ("window", "chunk"):
+            if key in kind:
+                out[key] = window
+        if "temperature" in kind:
+            out["query_temperature"] = {
+                "floor_scale": float(window),
+                "attn_scale": kind["temperature"],
+            }
+        if kind.get("sink"):
+            out["sink"] = True
+        return out
+
+    return [
+        layer(preset["global"] if (i + 1) % period == 0 else preset["local"])
+        for i in range(num_layers)
+    ]

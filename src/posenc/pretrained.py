@@ -40,6 +40,7 @@ from unittest import mock
 import torch
 
 from ._checks import check_choice, check_int
+from .attention import StreamingKVCache, causal_mask
 from .rope import ROPE_LAYOUTS, apply_rope
 from .sinusoidal import compute_inv_freq
 from .train import cache_dir
@@ -318,13 +319,15 @@ def _posenc_attention(
     v = attn.v_proj(hidden_states).view(shape).transpose(1, 2)
     if rope["record"] is not None:
         rope["record"](attn.layer_idx, q, k)
+    rotation = {
+        "inv_freq": rope["inv_freq"],
+        "layout": rope["layout"],
+        "attention_factor": rope["attention_factor"],
+    }
+    if rope["streaming"] is not None:
+        return _streaming_attention(attn, q, k, v, position_ids, rope, rotation)
     if rope["inv_freq"] is not None:
         positions = position_ids[:, None, :]  # (B, 1, T): broadcasts over heads
-        rotation = {
-            "inv_freq": rope["inv_freq"],
-            "layout": rope["layout"],
-            "attention_factor": rope["attention_factor"],
-        }
         q = apply_rope(q, positions, **rotation)
         k = apply_rope(k, positions, **rotation)
     if past_key_values is not None:
@@ -339,6 +342,25 @@ def _posenc_attention(
     return attn.o_proj(out.reshape(*shape[:-2], -1).contiguous()), weights
 
 
+def _streaming_attention(attn, q, k, v, position_ids, rope, rotation):
+    """StreamingLLM inside a Llama attention: the unrotated k and v go into the
+    layer's :class:`~posenc.attention.StreamingLayerKVCache`, then q and every kept
+    key are rotated at their cache slots (Xiao et al. 2024, §3.2)."""
+    layer = rope["streaming"].layers[attn.layer_idx]
+    k, v, k_slots = layer.append(k, v, position_ids[0])
+    if rope["inv_freq"] is not None:
+        q = apply_rope(q, position_ids[0], **rotation)
+        k = apply_rope(k, k_slots, **rotation)
+    mask = None
+    if q.shape[-2] > 1:  # the queries are the last T_q of the keys
+        mask = causal_mask(q.shape[-2], k.shape[-2], device=q.device)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, scale=attn.scaling, enable_gqa=True
+    )
+    out = out.transpose(1, 2).reshape(*out.shape[:1], out.shape[2], -1)
+    return attn.o_proj(out), None
+
+
 @contextlib.contextmanager
 def swap_rope(
     model: torch.nn.Module,
@@ -348,6 +370,7 @@ def swap_rope(
     layout: str = "half",
     rotate: bool = True,
     record: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None,
+    streaming: StreamingKVCache | None = None,
 ) -> Iterator[torch.nn.Module]:
     """Run a Llama-style transformers model with posenc's RoPE instead of its own.
 
@@ -368,6 +391,11 @@ def swap_rope(
             sees only the causal mask).
         record: called as ``record(layer_index, q, k)`` with the unrotated q (B, H, T,
             d_h) and k (B, H_kv, T, d_h) of every layer, e.g. to collect their norms.
+        streaming: a :class:`~posenc.attention.StreamingKVCache` with one layer per
+            attention layer: keys are kept there unrotated and rotated at their cache
+            slots (StreamingLLM); the model is then called with ``position_ids`` the
+            cache's ``next_positions`` and ``use_cache=False``, one sequence (see
+            :func:`streaming_token_losses`).
 
     Yields:
         The model.
@@ -395,7 +423,13 @@ def swap_rope(
         "layout": layout,
         "attention_factor": float(attention_factor),
         "record": record,
+        "streaming": streaming,
     }
+    if streaming is not None and len(streaming.layers) != len(layers):
+        raise ValueError(
+            f"the streaming cache has {len(streaming.layers)} layers, the model "
+            f"{len(layers)}"
+        )
     for attn in layers:
         forward = _posenc_attention.__get__(attn)
         attn.forward = lambda *a, _f=forward, **kw: _f(*a, rope=rope, **kw)
@@ -519,6 +553,102 @@ def token_losses(
         )
         for i in range(0, hidden.shape[0], chunk)
     ]
+    return torch.cat(losses).cpu()
+
+
+@torch.no_grad()
+def streaming_token_losses(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    *,
+    sink_tokens: int,
+    window: int,
+    inv_freq: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The next-token loss at every position when the model reads ``input_ids``
+    through a StreamingLLM cache (Xiao et al. 2024): the first ``sink_tokens`` and the
+    last ``window`` tokens' keys kept, rotated at their slots in the cache.
+
+    The first ``sink_tokens + window`` tokens go in one call, then one token per step.
+
+    Args:
+        model: a Llama-style causal LM (SmolLM2). input_ids: int64 (T,), T ≥ 2.
+        sink_tokens: S ≥ 0 (0: window attention). window: W ≥ 1.
+        inv_freq: as :func:`swap_rope` (default: the model's own frequencies).
+
+    Returns:
+        float32 (T − 1,) as :func:`token_losses`; the same values while T ≤ S + W.
+
+    Raises:
+        ValueError: input_ids not one sequence of ≥ 2 tokens; bad S or W.
+    """
+    ids = input_ids.reshape(-1)
+    if input_ids.dim() > 2 or ids.numel() < 2:
+        raise ValueError(
+            f"input_ids must be one sequence of at least 2 tokens, got shape "
+            f"{tuple(input_ids.shape)}"
+        )
+    cache = StreamingKVCache(
+        len(_attention_layers(model)), sink_tokens=sink_tokens, window=window
+    )
+    device = next(model.parameters()).device
+    inputs = ids[:-1].to(device)
+    first = min(cache.layers[0].capacity, inputs.numel())
+    steps = [(0, first)] + [(t, t + 1) for t in range(first, inputs.numel())]
+    logits = []
+    with swap_rope(model, inv_freq=inv_freq, streaming=cache):
+        for start, stop in steps:
+            slots = cache.next_positions(stop - start, device=device)
+            hidden = model.model(
+                input_ids=inputs[None, start:stop],
+                position_ids=slots[None],
+                use_cache=False,
+            ).last_hidden_state[0]
+            logits.append(model.lm_head(hidden).float())
+    return torch.nn.functional.cross_entropy(
+        torch.cat(logits), ids[1:].to(device), reduction="none"
+    ).cpu()
+
+
+@torch.no_grad()
+def window_recompute_token_losses(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    *,
+    window: int,
+    batch_size: int = 16,
+) -> torch.Tensor:
+    """The next-token loss at every position when each token is predicted from its
+    last ``window`` tokens encoded afresh at positions 0 … W − 1 (the sliding window
+    with re-computation, Xiao et al. 2024, Fig. 1c).
+
+    Args:
+        model: a causal LM with ``.model`` and ``.lm_head``. input_ids: int64 (T,).
+        window: W ≥ 1. batch_size: windows per forward pass.
+
+    Returns:
+        float32 (T − 1,) as :func:`token_losses`.
+    """
+    window = check_int("window", window, minimum=1)
+    batch_size = check_int("batch_size", batch_size, minimum=1)
+    ids = input_ids.reshape(-1)
+    device = next(model.parameters()).device
+    inputs, targets = ids[:-1], ids[1:].to(device)
+    head = min(window, inputs.numel())
+    # the first W predictions see their whole prefix: one forward pass
+    losses = [token_losses(model, ids[: head + 1]).to(device)]
+    windows = inputs.unfold(0, window, 1)[1:] if inputs.numel() > head else None
+    for i in range(0, 0 if windows is None else windows.shape[0], batch_size):
+        chunk = windows[i : i + batch_size].to(device)
+        hidden = model.model(input_ids=chunk).last_hidden_state[:, -1]
+        t = head + i
+        losses.append(
+            torch.nn.functional.cross_entropy(
+                model.lm_head(hidden).float(),
+                targets[t : t + chunk.shape[0]],
+                reduction="none",
+            )
+        )
     return torch.cat(losses).cpu()
 
 

@@ -62,16 +62,30 @@ def methods(original: int = 8192, factor: float = FACTOR) -> dict[str, dict | No
     }
 
 
+#: The ``"streaming"`` experiment's ways of reading a stream longer than the cache
+#: (Xiao et al. 2024, Fig. 1): window attention over the last 128 tokens; StreamingLLM,
+#: the first 4 tokens (the sinks) and the last 124, a cache of the same size; and the
+#: sliding window with re-computation (each token from its last 128, encoded afresh).
+STREAMING = {
+    "window": {"sink_tokens": 0, "window": 128},
+    "sinks": {"sink_tokens": 4, "window": 124},
+    "recompute": {"window": 128},
+}
+#: Tokens of each text the streaming experiment reads.
+STREAM_TOKENS = 1024
+
+
 @dataclasses.dataclass(frozen=True)
 class RealRun:
     """One forward pass of SmolLM2 over ``tokens`` tokens of a text.
 
     Attributes:
-        experiment: ``"context"``, ``"extension"`` or ``"check"``.
+        experiment: ``"context"``, ``"extension"``, ``"streaming"`` or ``"check"``.
         text: ``"prose"`` or ``"code"``.
         tokens: T, the sequence length.
         chunk: which consecutive block of T tokens of the text (0 = its start).
-        method: a key of :func:`methods`.
+        method: a key of :func:`methods`, or of :data:`STREAMING` for the streaming
+            experiment.
     """
 
     experiment: str
@@ -82,13 +96,16 @@ class RealRun:
 
     def config(self) -> dict:
         spec = pretrained.MODELS["smollm2"]
-        return {
+        config = {
             **dataclasses.asdict(self),
-            "scaling": methods()[self.method],
+            "scaling": methods().get(self.method),
             "model": spec.requirement,
             "bucket": BUCKET,
             "version": VERSION,
         }
+        if self.experiment == "streaming":
+            config["streaming"] = STREAMING[self.method]
+        return config
 
     def key(self) -> str:
         blob = json.dumps(self.config(), sort_keys=True).encode()
@@ -114,6 +131,11 @@ def grid() -> list[RealRun]:
         for text in pretrained.TEXTS
         for method in methods()
     ]
+    runs += [
+        RealRun("streaming", text, STREAM_TOKENS, 0, method)
+        for text in pretrained.TEXTS
+        for method in STREAMING
+    ]
     return list(CHECKS) + runs
 
 
@@ -134,6 +156,19 @@ def losses(model, ids: torch.Tensor, method: str) -> torch.Tensor:
     )
     with pretrained.swap_rope(model, inv_freq=inv_freq, attention_factor=factor):
         return pretrained.token_losses(model, ids)
+
+
+def run_losses(model, ids: torch.Tensor, run: RealRun) -> torch.Tensor:
+    """Per-position losses (T − 1,) of one run: :func:`losses` with its scaling, or
+    for the streaming experiment :func:`posenc.pretrained.streaming_token_losses` /
+    :func:`posenc.pretrained.window_recompute_token_losses` with its
+    :data:`STREAMING` settings and the model's own RoPE."""
+    if run.experiment != "streaming":
+        return losses(model, ids, run.method)
+    settings = STREAMING[run.method]
+    if run.method == "recompute":
+        return pretrained.window_recompute_token_losses(model, ids, **settings)
+    return pretrained.streaming_token_losses(model, ids, **settings)
 
 
 def bucket_means(values: torch.Tensor, bucket: int = BUCKET) -> list[float]:
@@ -165,7 +200,7 @@ def execute(run: RealRun, model, tokenizer, cache: dict | None = None) -> dict:
     if len(ids) < run.tokens:
         raise ValueError(f"{run.text} has fewer than {run.tokens} tokens for {run}")
     start = time.perf_counter()
-    values = losses(model, ids, run.method)
+    values = run_losses(model, ids, run)
     seconds = time.perf_counter() - start
     return {
         "key": run.key(),

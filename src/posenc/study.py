@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from .data import Corpus, load_stdlib_corpus
-from .model import ModelConfig, TinyLM
+from .model import LAYER_PRESETS, ModelConfig, TinyLM, layer_preset
 from .prepare import worker_pool
 from .schemes import available_schemes
 from .train import TrainConfig, cache_key, fit, scheme_arguments, tqdm, train
@@ -125,6 +125,47 @@ def bucket_variants(train_length: int) -> dict[str, dict]:
     }
 
 
+#: p of the p-RoPE variant: the fraction of RoPE's frequencies kept, the lowest
+#: (1 − p) set to zero (Barbero et al. 2025, §6, whose Gemma 2B run found 0.75 best).
+P_ROPE_FRACTION = 0.75
+
+#: The layer patterns of today's models in the study (posenc.model.LAYER_PRESETS).
+STUDY_LAYER_PRESETS = ("llama4", "gemma3", "smollm3", "command_r7b", "gpt_oss")
+
+
+def pattern_variants(train_length: int, num_layers: int) -> dict[str, dict]:
+    """The variants of RoPE that today's models use, trained like the schemes (language
+    modelling and probes) at RoPE's swept learning rate: p-RoPE, and each model's
+    layer pattern (:func:`posenc.model.layer_preset`) with window or chunk L/4 and the
+    period shortened to ``num_layers`` where the model's is longer (the CPU preset's 2
+    layers: one local and one global layer).
+
+    Returns:
+        ``{label: {"scheme": ..., "options": ..., "layers": list | None}}``.
+    """
+    out = {
+        f"rope, p = {P_ROPE_FRACTION}": {
+            "scheme": "rope",
+            "options": {
+                "scaling": {
+                    "rope_type": "proportional",
+                    "partial_rotary_factor": P_ROPE_FRACTION,
+                }
+            },
+            "layers": None,
+        }
+    }
+    window = max(1, train_length // 4)
+    for name in STUDY_LAYER_PRESETS:
+        period = min(LAYER_PRESETS[name]["period"], num_layers)
+        out[f"pattern: {name}"] = {
+            "scheme": "rope",
+            "options": {},
+            "layers": layer_preset(name, num_layers, window=window, period=period),
+        }
+    return out
+
+
 @dataclass(frozen=True)
 class StudyRun:
     """One cell of the grid.
@@ -137,6 +178,8 @@ class StudyRun:
         seed: seeds the initialisation and the data order. train_length: L.
         lr: the peak learning rate.
         preset: a key of :data:`PRESETS`.
+        layers: a layer pattern (:attr:`posenc.model.ModelConfig.layers`) as JSON
+            text, or "" for a uniform model.
     """
 
     kind: str
@@ -147,6 +190,7 @@ class StudyRun:
     train_length: int
     lr: float
     preset: str = "cpu"
+    layers: str = ""
 
     @property
     def scheme_options(self) -> dict:
@@ -173,9 +217,11 @@ class StudyRun:
             lr=self.lr,
             seed=self.seed,
         )
-        return ModelConfig(scheme=self.scheme, scheme_options=options, **p["model"]), (
-            train_cfg
+        layers = json.loads(self.layers) if self.layers else None
+        model_cfg = ModelConfig(
+            scheme=self.scheme, scheme_options=options, layers=layers, **p["model"]
         )
+        return model_cfg, train_cfg
 
     def evaluation(self) -> dict:
         """What is scored: part of the key, so a changed protocol reruns."""
@@ -386,7 +432,7 @@ def window_losses(
         "matched_blocks": n matched, "bytes": bytes scored, "position": list, mean loss
         at each position of the full-length windows of the largest E}`` (nats).
     """
-    limit = model.scheme.max_positions
+    limit = model.max_positions
     lengths = [m * train_length for m in multiples]
     # matched blocks are those with room for the largest *requested* window, also for a
     # scheme that cannot run it (a learned table), so that every scheme's matched set
@@ -505,7 +551,7 @@ def execute(run: StudyRun, corpus: Corpus | None = None, *, device=None) -> dict
             return x.to(device), y.to(device)
 
         losses, train_seconds = fit(model, train_cfg, next_batch, progress=False)
-        limit = model.scheme.max_positions
+        limit = model.max_positions
         sequences = run.evaluation()["sequences"]
         for m in MULTIPLES:
             E = m * run.train_length
@@ -581,12 +627,15 @@ def _stored(name: str, preset: str) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
 
 
-def _schemes(train_length: int) -> dict[str, tuple[str, dict]]:
-    """``{label: (scheme, options)}``: every registered scheme at its defaults, then the
-    bucket variants."""
-    out = {name: (name, {}) for name in available_schemes()}
+def _schemes(train_length: int, num_layers: int) -> dict[str, tuple]:
+    """``{label: (scheme, options, layers, kinds)}``: every registered scheme at its
+    defaults, the bucket variants (language modelling only), then the variants of
+    today's models (:func:`pattern_variants`)."""
+    out = {name: (name, {}, None, ("lm", "probe")) for name in available_schemes()}
     for label, v in bucket_variants(train_length).items():
-        out[label] = (v["scheme"], v["options"])
+        out[label] = (v["scheme"], v["options"], None, ("lm",))
+    for label, v in pattern_variants(train_length, num_layers).items():
+        out[label] = (v["scheme"], v["options"], v["layers"], ("lm", "probe"))
     return out
 
 
@@ -626,14 +675,16 @@ def main_runs(lrs: dict[str, float], preset: str = "cpu") -> list[StudyRun]:
     p = PRESETS[preset]
     L = p["train"]["seq_len"]
     runs = []
-    for label, (scheme, options) in _schemes(L).items():
+    for label, (scheme, options, layers, kinds) in _schemes(
+        L, p["model"]["num_layers"]
+    ).items():
         text = json.dumps(options, sort_keys=True)
-        kinds = ("lm", "probe") if not options else ("lm",)
+        pattern = "" if layers is None else json.dumps(layers, sort_keys=True)
         for kind in kinds:
             # the probes train at one stated learning rate for every scheme
             lr = p["probe_lr"] if kind == "probe" else lrs[scheme]
             runs += [
-                StudyRun(kind, label, scheme, text, s, L, lr, preset)
+                StudyRun(kind, label, scheme, text, s, L, lr, preset, pattern)
                 for s in p["seeds"]
             ]
     for scheme in p["long_schemes"]:

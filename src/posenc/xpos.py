@@ -36,8 +36,9 @@ from numbers import Real
 
 import torch
 
-from ._checks import check_choice, check_even_dim
+from ._checks import check_base, check_choice, check_even_dim
 from .rope import ROPE_LAYOUTS, _check_positions, rotate_half, rotate_interleaved
+from .schemes import PositionalScheme, register_scheme
 from .sinusoidal import compute_inv_freq
 
 XPOS_GAMMA = 0.4
@@ -350,3 +351,76 @@ def apply_xpos(
         rotate_xpos(q, q_positions, key=False, **options),
         rotate_xpos(k, k_positions, key=True, **options),
     )
+
+
+@register_scheme
+class XPosScheme(PositionalScheme):
+    """xPos at plug-in point 2: queries and keys are rotated as RoPE rotates them and
+    scaled by ``ζ_i^{±(p − c)/B}`` per pair (:func:`apply_xpos`), so that each pair's
+    score decays as ``ζ_i^{(m − n)/B}`` with the distance.
+
+    The centre c is fixed (default 0, the paper's uncentred form), not taken from each
+    call's keys: keys stored in a KV cache keep the factor of the centre they were
+    scaled with, so a centre that moved with the cache's length would change the
+    scores of old keys. With c = 0, float32 factors stay finite for positions up to
+    :func:`xpos_max_distance` (about 36,260 with the defaults); give a larger ``center``
+    for longer sequences.
+
+    Args:
+        d_model, num_heads: model sizes (head_dim must be even).
+        base: frequency base b. scale_base: B (512, the paper's; ``math.inf`` gives
+            RoPE). gamma: γ (0.4). layout: ``"interleaved"`` (the reference codes')
+            or ``"half"``. center: c.
+
+    Source: Sun et al. 2022, "A Length-Extrapolatable Transformer", arXiv:2212.10554,
+    §3.2–3.3 (without its blockwise causal attention, §3.4, an inference-time mask).
+    """
+
+    name = "xpos"
+
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        num_heads: int,
+        base: float = 10000.0,
+        scale_base: float = XPOS_SCALE_BASE,
+        gamma: float = XPOS_GAMMA,
+        layout: str = "interleaved",
+        center: float = 0.0,
+    ) -> None:
+        super().__init__(d_model=d_model, num_heads=num_heads)
+        check_even_dim("head_dim", self.head_dim)
+        self.base = check_base(base)
+        self.scale_base = _check_positive("scale_base", scale_base, allow_inf=True)
+        self.gamma = _check_positive("gamma", gamma, allow_inf=False)
+        self.layout = check_choice("layout", layout, ROPE_LAYOUTS)
+        if isinstance(center, bool) or not isinstance(center, Real):
+            raise TypeError(f"center must be a real number, got {center!r}")
+        if not math.isfinite(center):
+            raise ValueError(f"center must be finite, got {center}")
+        self.center = float(center)
+        self.register_buffer(
+            "inv_freq", compute_inv_freq(self.head_dim, self.base), persistent=False
+        )
+
+    def transform_qk(self, q, k, q_positions, k_positions):
+        """xPos on q (B, H, T_q, d_h) and k (B, H, T_k, d_h) at their positions, (T,)
+        or (B, 1, T)."""
+        return apply_xpos(
+            q,
+            k,
+            q_positions,
+            k_positions,
+            center=self.center,
+            inv_freq=self.inv_freq,
+            scale_base=self.scale_base,
+            gamma=self.gamma,
+            layout=self.layout,
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"{super().extra_repr()}, base={self.base}, scale_base={self.scale_base}, "
+            f"gamma={self.gamma}, layout={self.layout!r}, center={self.center}"
+        )
