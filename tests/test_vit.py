@@ -5,6 +5,7 @@ import torch
 
 from posenc.sinusoidal import sinusoidal_encoding
 from posenc.train import TrainConfig
+from posenc import vit
 from posenc.vit import (
     VIT_SCHEMES,
     TinyViT,
@@ -237,3 +238,13 @@ def test_digits_experiment_rows_and_cache(tmp_path, monkeypatch):
     assert [r["accuracy"] for r in fresh] == [r["accuracy"] for r in rows[2:]]
     table = results_table(rows)
     assert "rope_2d" in table and "—" in table and "16x16 scaled" in table
+
+
+def test_a_missing_run_is_refused_when_the_build_requires_the_cache(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("POSENC_REQUIRE_CACHED", "1")
+    with pytest.raises(vit.NotCachedError, match="make prepare"):
+        vit.digits_experiment(schemes=("none",), seeds=(0,), steps=2, device="cpu")
+    assert not (tmp_path / "vit").exists() or not any((tmp_path / "vit").iterdir())

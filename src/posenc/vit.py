@@ -52,7 +52,7 @@ from ._checks import check_base, check_choice, check_int
 from .attention import attention_reference, attention_sdpa
 from .rope import apply_rope_2d, check_axis_positions
 from .sinusoidal import SINUSOIDAL_LAYOUTS, sinusoidal_encoding
-from .train import TrainConfig, cache_dir, fit
+from .train import REQUIRE_CACHED_ENV, TrainConfig, cache_dir, fit
 from .utils import get_device, seed_everything
 
 #: The position schemes of the tiny ViT, by name.
@@ -754,6 +754,7 @@ def digits_experiment(
     use_cache: bool = True,
     progress: bool = False,
     num_threads: int | None = 1,
+    require_cached: bool | None = None,
 ) -> list[dict]:
     """Train a :class:`TinyViT` per (scheme, seed) on the 8 × 8 digits and measure
     its test accuracy at the training resolution and at one never seen in training.
@@ -786,6 +787,9 @@ def digits_experiment(
         num_threads: torch's CPU threads while the experiment runs (restored after);
             None leaves them. The default 1 is fastest for a model this small: with
             2 threads a step took 4–20× longer on a loaded 2-core machine.
+        require_cached: refuse to train a run that is not cached (raise
+            :class:`NotCachedError`); default: ``POSENC_REQUIRE_CACHED=1`` in the
+            environment, as :func:`posenc.train.train` (the book build sets it).
 
     Returns:
         One dict per (scheme, seed, resolution): scheme, seed, resolution,
@@ -794,7 +798,10 @@ def digits_experiment(
 
     Raises:
         ValueError / TypeError: unknown scheme or upsample_mode; bad sizes.
+        NotCachedError: a run is not cached and ``require_cached``.
     """
+    if require_cached is None:
+        require_cached = os.environ.get(REQUIRE_CACHED_ENV) == "1"
     schemes = [check_choice("scheme", s, VIT_SCHEMES) for s in schemes]
     seeds = [check_int("seed", s, minimum=0) for s in seeds]
     upsample_mode = check_choice(
@@ -834,6 +841,7 @@ def digits_experiment(
                         device,
                         use_cache,
                         progress,
+                        require_cached,
                     )
                 )
     finally:
@@ -841,7 +849,13 @@ def digits_experiment(
     return rows
 
 
-def _cached_run(config, train_config, data, data_key, device, use_cache, progress):
+class NotCachedError(RuntimeError):
+    """A run of :func:`digits_experiment` is not cached and training is refused."""
+
+
+def _cached_run(
+    config, train_config, data, data_key, device, use_cache, progress, require_cached
+):
     """One (scheme, seed) run's rows, from ``cache_dir()/vit`` when stored."""
     key = _run_key(
         {
@@ -855,6 +869,13 @@ def _cached_run(config, train_config, data, data_key, device, use_cache, progres
     path = cache_dir() / "vit" / f"{config.scheme}-{key}.json"
     if use_cache and path.exists():
         return json.loads(path.read_text())
+    if require_cached:
+        raise NotCachedError(
+            f"{REQUIRE_CACHED_ENV}=1 and the tiny ViT run (scheme {config.scheme!r}, "
+            f"seed {train_config.seed}) is not in {path.parent}: the build runs the "
+            "chapter's digits experiment before the notebooks; run `make prepare` "
+            "(python -m posenc.prepare)"
+        )
     run = _run_one(config, train_config, data, data_key[1], device, progress)
     if use_cache:
         path.parent.mkdir(parents=True, exist_ok=True)
