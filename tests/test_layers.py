@@ -361,3 +361,14 @@ def test_layer_preset_layout():
     assert layers[0]["chunk"] == 16 and "chunk" not in layers[3]
     with pytest.raises(ValueError, match="name"):
         layer_preset("llama5", 2, window=4)
+
+
+def test_a_uniform_model_is_the_pattern_with_one_entry_repeated():
+    torch.manual_seed(0)
+    uniform = TinyLM(ModelConfig(scheme="alibi", d_model=16, num_heads=2))
+    pattern = TinyLM(
+        ModelConfig(scheme="alibi", d_model=16, num_heads=2, layers=[{}] * 2)
+    )
+    pattern.load_state_dict(uniform.state_dict())
+    tokens = torch.randint(0, 256, (2, 9))
+    torch.testing.assert_close(pattern(tokens), uniform(tokens), rtol=0, atol=0)
