@@ -102,7 +102,7 @@ def extrapolation(
     """
     model = result.model if model is None else model
     train_len = result.train_config.seq_len
-    limit = model.scheme.max_positions
+    limit = model.max_positions
     lengths = [
         k * train_len for k in multiples if limit is None or k * train_len <= limit
     ]
