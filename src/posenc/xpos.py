@@ -18,8 +18,8 @@ The two public implementations agree on ζ, B = 512 and the ``"interleaved"`` la
 (pairs (2i, 2i + 1)) and differ in the centre:
 
 * Microsoft's torchscale 0.3.0 (``torchscale/component/xpos_relative_position.py``,
-  ``XPOS.forward(x, offset, downscale)``): c = ⌈L/2⌉ for L = ``len + offset`` keys at
-  positions 0 … L − 1 (``min_pos = -(length + offset) // 2``), recomputed from the
+  ``XPOS.forward(x, offset, downscale)``): c = ⌈T/2⌉ for T = ``len + offset`` keys at
+  positions 0 … T − 1 (``min_pos = -(length + offset) // 2``), recomputed from the
   current key length at every decoding step; keys are ``downscale=True``;
 * lucidrains' rotary-embedding-torch 0.9.1 (``RotaryEmbedding(dim, use_xpos=True)``,
   ``rotate_queries_and_keys``): c = ⌊T/2⌋ (``t - len(t) // 2``).
@@ -124,7 +124,7 @@ def xpos_scale(
 
 def xpos_center(k_positions: torch.Tensor) -> torch.Tensor:
     """The default centre of :func:`apply_xpos`: ``⌈(min n + max n + 1)/2⌉`` over the
-    key positions of each sequence, i.e. ⌈L/2⌉ for keys 0 … L − 1 (torchscale's).
+    key positions of each sequence, i.e. ⌈T/2⌉ for T keys 0 … T − 1 (torchscale's).
 
     Args:
         k_positions: (..., T_k) key positions, T_k ≥ 1.
@@ -311,7 +311,7 @@ def apply_xpos(
             broadcasts against q's leading dimensions).
         k_positions: (T_k,) or (B, 1, T_k), likewise.
         center: c; None (default) takes :func:`xpos_center` of k_positions per
-            sequence, ⌈L/2⌉ for keys 0 … L − 1: torchscale 0.3.0's centre, also when
+            sequence, ⌈T/2⌉ for T keys 0 … T − 1: torchscale 0.3.0's centre, also when
             decoding with a cache (its ``offset``). ``T // 2`` reproduces
             rotary-embedding-torch 0.9.1's ``rotate_queries_and_keys``; 0 is the
             paper's uncentred form.
