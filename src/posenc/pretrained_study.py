@@ -1,14 +1,18 @@
 """The study tier on a real model: SmolLM2-135M's loss by position on long texts.
 
-Two experiments, each a set of single forward passes over the start of a standard-
-library text (:data:`posenc.pretrained.TEXTS`), scored token by token with
-:func:`posenc.pretrained.token_losses`:
+Three experiments over the start of a standard-library text
+(:data:`posenc.pretrained.TEXTS`), scored token by token (single forward passes with
+:func:`posenc.pretrained.token_losses`, except for streaming):
 
 * ``"context"``: T = 8192 (the trained length L) with the model's own RoPE, three
   consecutive chunks of each text: how the loss falls as the context grows;
 * ``"extension"``: T = 16,384 = 2L with no scaling and with each of posenc's
   context-extension methods at factor s = 2 (:func:`posenc.scaling.rope_inv_freq`),
-  with no fine-tuning.
+  with no fine-tuning;
+* ``"streaming"``: T = 1024 read through a cache of 128 tokens (:data:`STREAMING`):
+  window attention, StreamingLLM's 4 sinks + 124, and the sliding window with
+  re-computation. T − 1 = 1023 losses: the last stored bucket holds 63 positions, the
+  dense baseline's (the context run's first 1024 positions) 64.
 
 One 16K forward takes minutes on a 2-core CPU, too long for every build, so the results
 are stored, one JSON file per run, in ``src/posenc/results/smollm2/`` with their
