@@ -372,3 +372,14 @@ def test_a_uniform_model_is_the_pattern_with_one_entry_repeated():
     pattern.load_state_dict(uniform.state_dict())
     tokens = torch.randint(0, 256, (2, 9))
     torch.testing.assert_close(pattern(tokens), uniform(tokens), rtol=0, atol=0)
+
+
+def test_describe_layer():
+    from posenc.model import describe_layer
+
+    llama4 = layer_preset("llama4", 2, window=16, period=2)
+    assert [describe_layer(layer) for layer in llama4] == [
+        "RoPE, b = 500,000, chunk 16",
+        "NoPE, full, temperature (F = 16, a = 0.1)",
+    ]
+    assert describe_layer({"sink": True, "window": 8}) == "RoPE, window 8, sink logits"

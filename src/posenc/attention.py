@@ -56,6 +56,22 @@ def check_window(name: str, value: object) -> int | None:
     return None if value is None else check_int(name, value, minimum=1)
 
 
+def check_spans(causal: bool, window: object, chunk: object) -> tuple:
+    """``(window, chunk)`` checked (:func:`check_window`), and only with causal
+    attention (both are defined for decoders here).
+
+    Raises:
+        TypeError / ValueError: a bad size; a window or chunk with ``causal=False``.
+    """
+    window, chunk = check_window("window", window), check_window("chunk", chunk)
+    if not causal and (window is not None or chunk is not None):
+        raise ValueError(
+            "a sliding window or chunk needs causal attention, got "
+            f"causal=False with window={window}, chunk={chunk}"
+        )
+    return window, chunk
+
+
 def attention_mask(
     q_len: int,
     k_len: int,
@@ -84,14 +100,8 @@ def attention_mask(
         ValueError: ``q_len > k_len``; window or chunk not None or ≥ 1; a window or
         chunk without ``causal`` (both are defined for decoders here).
     """
-    window = check_window("window", window)
-    chunk = check_window("chunk", chunk)
+    window, chunk = check_spans(causal, window, chunk)
     if not causal:
-        if window is not None or chunk is not None:
-            raise ValueError(
-                "a sliding window or chunk needs causal attention, got "
-                f"causal=False with window={window}, chunk={chunk}"
-            )
         q_len = check_int("q_len", q_len, minimum=0)
         k_len = check_int("k_len", k_len, minimum=0)
         return torch.ones(q_len, k_len, dtype=torch.bool, device=device)
@@ -255,13 +265,7 @@ def flex_block_mask(
     Raises:
         ValueError: as :func:`attention_mask`.
     """
-    window = check_window("window", window)
-    chunk = check_window("chunk", chunk)
-    if not causal and (window is not None or chunk is not None):
-        raise ValueError(
-            "a sliding window or chunk needs causal attention, got causal=False with "
-            f"window={window}, chunk={chunk}"
-        )
+    window, chunk = check_spans(causal, window, chunk)
     offset = k_len - q_len
 
     def causal_mask_mod(b, h, q_idx, kv_idx):
@@ -590,13 +594,7 @@ class MultiHeadAttention(nn.Module):
         sink: bool = False,
     ) -> None:
         super().__init__()
-        self.window = check_window("window", window)
-        self.chunk = check_window("chunk", chunk)
-        if not causal and (self.window is not None or self.chunk is not None):
-            raise ValueError(
-                "a sliding window or chunk needs causal=True, got "
-                f"window={window}, chunk={chunk}"
-            )
+        self.window, self.chunk = check_spans(causal, window, chunk)
         self.query_temperature = check_query_temperature(query_temperature)
         if not isinstance(sink, bool):
             raise TypeError(f"sink must be a bool, got {sink!r}")

@@ -471,3 +471,28 @@ def layer_preset(
         layer(preset["global"] if (i + 1) % period == 0 else preset["local"])
         for i in range(num_layers)
     ]
+
+
+def describe_layer(layer: dict, *, scheme: str = "rope") -> str:
+    """One entry of :attr:`ModelConfig.layers` in words, for tables: e.g. ``"RoPE, b =
+    10,000, window 16"`` or ``"NoPE, full, temperature (F = 16, a = 0.1)"``.
+
+    Args:
+        layer: a layer dict (:data:`LAYER_KEYS`). scheme: the model's scheme, for a
+            layer that names none.
+    """
+    name = layer.get("scheme", scheme)
+    text = {"none": "NoPE", "rope": "RoPE"}.get(name, f"`{name}`")
+    base = layer.get("scheme_options", {}).get("base")
+    if base is not None:
+        text += f", b = {base:,.0f}"
+    if layer.get("window") is not None:
+        text += f", window {layer['window']}"
+    elif layer.get("chunk") is not None:
+        text += f", chunk {layer['chunk']}"
+    else:
+        text += ", full"
+    if layer.get("query_temperature"):
+        qt = layer["query_temperature"]
+        text += f", temperature (F = {qt['floor_scale']:g}, a = {qt['attn_scale']:g})"
+    return text + (", sink logits" if layer.get("sink") else "")

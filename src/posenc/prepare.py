@@ -88,6 +88,26 @@ def _train_one(run: BookRun, scale: str, device: str) -> tuple[str, float]:
     return run.label, time.perf_counter() - start
 
 
+def _workers(workers: int | None, device: str) -> int:
+    """Processes for a training step: default one per usable core on the CPU, one on
+    a GPU.
+
+    Raises:
+        ValueError: workers < 1.
+    """
+    if workers is None:
+        return 1 if device != "cpu" else len(os.sched_getaffinity(0))
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    return workers
+
+
+def _progress_bar(total: int, desc: str, progress: bool):
+    return tqdm(
+        total=total, desc=desc, disable=not progress, unit="run", file=sys.stdout
+    )
+
+
 def prepare(
     *,
     scale: str = "small",
@@ -123,13 +143,9 @@ def prepare(
         raise ValueError(
             f"scale must be one of {', '.join(map(repr, SCALES))}; got {scale!r}"
         )
-    if workers is None:
-        workers = 1 if device != "cpu" else len(os.sched_getaffinity(0))
-    if workers < 1 or threads < 1:
-        raise ValueError(
-            f"workers and threads must be >= 1, got workers={workers}, "
-            f"threads={threads}"
-        )
+    workers = _workers(workers, device)
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
     corpus = load_stdlib_corpus()
     todo = missing_runs(book_runs(scale), corpus, scale)
     # a fine-tune's base run is trained first when it is missing (it is a book run of
@@ -149,13 +165,7 @@ def prepare(
 
     waiting = [r for r in todo if not is_ready(r)]
     seconds: dict[str, float] = {}
-    bar = tqdm(
-        total=len(todo),
-        desc="training the book's models",
-        disable=not progress,
-        unit="run",
-        file=sys.stdout,
-    )
+    bar = _progress_bar(len(todo), "training the book's models", progress)
     with worker_pool(workers, threads) as pool:
         futures = {
             pool.submit(_train_one, r, scale, device): r
@@ -236,21 +246,12 @@ def prepare_vit(
     Raises:
         ValueError: workers < 1.
     """
-    if workers is None:
-        workers = 1 if device != "cpu" else len(os.sched_getaffinity(0))
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+    workers = _workers(workers, device)
     todo = missing_vit_runs()
     if not todo:
         return {}
     seconds: dict[str, float] = {}
-    bar = tqdm(
-        total=len(todo),
-        desc="tiny ViT on digits",
-        disable=not progress,
-        unit="run",
-        file=sys.stdout,
-    )
+    bar = _progress_bar(len(todo), "tiny ViT on digits", progress)
     with worker_pool(workers, 1) as pool:
         futures = [pool.submit(_train_vit_one, s, seed, device) for s, seed in todo]
         for future in futures:
