@@ -283,3 +283,88 @@ def test_convert_rope_layout_keeps_the_logits(rotary_dim, device):
 def test_convert_rope_layout_needs_rope():
     with pytest.raises(ValueError, match="'rope' scheme"):
         posenc.rope.convert_rope_layout(TinyLM(ModelConfig(scheme="alibi")), "half")
+
+
+# ---- apply_rope_qk: the fast path for queries and keys --------------------------------------------
+
+
+def _ulps(got, ref):
+    """Largest difference in units of the last place of ref's magnitude (at least 1)."""
+    eps = torch.finfo(ref.dtype).eps
+    scale = ref.float().abs().clamp_min(1.0)
+    return ((got.float() - ref.float()).abs() / (eps * scale)).max().item()
+
+
+@pytest.mark.parametrize("layout", ROPE_LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rotary_dim", [32, 24])
+@pytest.mark.parametrize("mode", ["new", "out", "inplace", "fused"])
+def test_apply_rope_qk_equals_apply_rope(device, layout, dtype, rotary_dim, mode):
+    from posenc.rope import apply_rope_qk
+
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(2, 4, 9, 32, generator=g).to(device, dtype)
+    k = torch.randn(2, 4, 9, 32, generator=g).to(device, dtype)
+    positions = torch.tensor([0, 1, 2, 5, 8, 13, 21, 34, 4000], device=device)
+    inv_freq = compute_inv_freq(rotary_dim, 500000.0, device=device)
+    kw = dict(inv_freq=inv_freq, layout=layout, attention_factor=1.2)
+    ref = [apply_rope(x, positions, **kw) for x in (q, k)]
+    q0, k0 = q.clone(), k.clone()
+    if mode == "out":
+        out = (torch.full_like(q, float("nan")), torch.full_like(k, float("nan")))
+        got = apply_rope_qk(q, k, positions, out=out, **kw)
+        assert got[0] is out[0] and got[1] is out[1]
+    elif mode == "inplace":
+        got = apply_rope_qk(q, k, positions, out=(q, k), **kw)
+        assert got[0] is q and got[1] is k
+    else:
+        got = apply_rope_qk(q, k, positions, fused=mode == "fused", **kw)
+    if mode != "inplace":  # the inputs are untouched
+        assert torch.equal(q, q0) and torch.equal(k, k0)
+    for g_, r in zip(got, ref):
+        assert g_.shape == r.shape and g_.dtype == dtype and g_.device == r.device
+        # one multiply-add rounded once instead of twice: within one unit in the last place
+        assert _ulps(g_, r) <= 1.0
+        if rotary_dim < 32:  # the pass-through features are copied unchanged
+            assert torch.equal(g_[..., rotary_dim:], r[..., rotary_dim:])
+    # the check can fail: the other layout gives a different rotation
+    other = apply_rope(q0, positions, **{**kw, "layout": [x for x in ROPE_LAYOUTS if x != layout][0]})
+    assert _ulps(got[0], other) > 100
+
+
+def test_apply_rope_qk_batched_positions_match_hf_llama():
+    from posenc.rope import apply_rope_qk
+
+    g = torch.Generator().manual_seed(2)
+    q, k = torch.randn(2, 4, 6, 16, generator=g), torch.randn(2, 4, 6, 16, generator=g)
+    position_ids = torch.tensor([[0, 1, 2, 3, 4, 5], [7, 8, 9, 10, 11, 12]])
+    rotary = _llama_rotary(16, 10000.0)
+    cos, sin = rotary(q, position_ids)
+    q_hf, k_hf = llama_apply_rotary_pos_emb(q, k, cos, sin)
+    q_rot, k_rot = apply_rope_qk(q, k, position_ids[:, None, :])
+    torch.testing.assert_close(q_rot, q_hf, atol=2e-6, rtol=1e-6)
+    torch.testing.assert_close(k_rot, k_hf, atol=2e-6, rtol=1e-6)
+
+
+def test_apply_rope_qk_errors():
+    from posenc.rope import apply_rope_qk
+
+    q, k, pos = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8), torch.arange(5)
+    with pytest.raises(TypeError, match="q must be a floating tensor"):
+        apply_rope_qk(torch.ones(1, 2, 5, 8, dtype=torch.long), k, pos)
+    with pytest.raises(ValueError, match="head_dim, dtype and device"):
+        apply_rope_qk(q, torch.randn(1, 2, 5, 6), pos)
+    with pytest.raises(ValueError, match="head_dim, dtype and device"):
+        apply_rope_qk(q, k.double(), pos)
+    with pytest.raises(ValueError, match="T=5"):
+        apply_rope_qk(q, k, torch.arange(4))
+    with pytest.raises(ValueError, match="layout"):
+        apply_rope_qk(q, k, pos, layout="diagonal")
+    with pytest.raises(ValueError, match="must not exceed head_dim"):
+        apply_rope_qk(q, k, pos, inv_freq=torch.ones(5))
+    with pytest.raises(TypeError, match="out must be a pair"):
+        apply_rope_qk(q, k, pos, out=torch.empty_like(q))
+    with pytest.raises(ValueError, match="k_out must have the input's shape"):
+        apply_rope_qk(q, k, pos, out=(torch.empty_like(q), torch.empty(1, 2, 5, 4)))
+    with pytest.raises(ValueError, match="q_out shares memory with its input"):
+        apply_rope_qk(q, k, pos, out=(q.view(-1).view(1, 2, 5, 8)[...], torch.empty_like(k)))

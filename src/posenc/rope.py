@@ -20,6 +20,7 @@ rotate(x)⊙sin`` used here equals the block-diagonal matrix form of :func:`rope
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -146,17 +147,40 @@ def apply_rope(
     Source: Su et al. 2021, RoFormer, §3.2 (Eq. 12–16) and §3.4.2 (Eq. 34); half layout
     from GPT-NeoX / Hugging Face ``rotate_half``.
     """
+    positions, inv_freq, layout = _check_rope_input(
+        x, positions, inv_freq, base, layout, "x"
+    )
+    rotary_dim = 2 * inv_freq.numel()
+    cos, sin = rope_cos_sin(
+        positions, inv_freq, layout=layout, attention_factor=attention_factor
+    )
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    rotate = rotate_half if layout == "half" else rotate_interleaved
+    x_rot, x_pass = x[..., :rotary_dim], x[..., rotary_dim:]
+    rotated = x_rot * cos + rotate(x_rot) * sin
+    return torch.cat((rotated, x_pass), dim=-1) if rotary_dim < x.shape[-1] else rotated
+
+
+def _check_rope_input(
+    x: object, positions: object, inv_freq, base: float, layout: str, name: str
+) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """The public checks of :func:`apply_rope` and :func:`apply_rope_qk`: returns the
+    checked positions, the inv_freq to use and the layout."""
     if not isinstance(x, torch.Tensor) or not x.is_floating_point():
         raise TypeError(
-            f"x must be a floating tensor, got {getattr(x, 'dtype', type(x))}"
+            f"{name} must be a floating tensor, got {getattr(x, 'dtype', type(x))}"
         )
     if x.dim() < 2:
-        raise ValueError(f"x must have shape (..., T, head_dim), got {tuple(x.shape)}")
+        raise ValueError(
+            f"{name} must have shape (..., T, head_dim), got {tuple(x.shape)}"
+        )
     head_dim = check_even_dim("head_dim", x.shape[-1])
     layout = check_choice("layout", layout, ROPE_LAYOUTS)
     positions = _check_positions(positions, x.shape[-2])
     if inv_freq is None:
         inv_freq = compute_inv_freq(head_dim, check_base(base), device=x.device)
+    if not isinstance(inv_freq, torch.Tensor):
+        raise TypeError(f"inv_freq must be a tensor, got {type(inv_freq).__name__}")
     if inv_freq.dim() != 1 or inv_freq.numel() == 0:
         raise ValueError(
             f"inv_freq must have shape (rotary_dim/2,), got {tuple(inv_freq.shape)}"
@@ -167,14 +191,182 @@ def apply_rope(
             f"rotary_dim = 2·len(inv_freq) = {rotary_dim} must not exceed head_dim = "
             f"{head_dim}"
         )
-    cos, sin = rope_cos_sin(
-        positions, inv_freq, layout=layout, attention_factor=attention_factor
+    return positions, inv_freq, layout
+
+
+def _check_out(out: object, q: torch.Tensor, k: torch.Tensor) -> tuple | None:
+    if out is None:
+        return None
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise TypeError(f"out must be a pair (q_out, k_out) or None, got {type(out)}")
+    for name, o, x in (("q_out", out[0], q), ("k_out", out[1], k)):
+        if not isinstance(o, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor, got {type(o).__name__}")
+        if o.shape != x.shape or o.dtype != x.dtype or o.device != x.device:
+            raise ValueError(
+                f"{name} must have the input's shape, dtype and device "
+                f"{tuple(x.shape)}, {x.dtype}, {x.device}; got {tuple(o.shape)}, "
+                f"{o.dtype}, {o.device}"
+            )
+        shared = o.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+        if shared and o is not x:
+            raise ValueError(
+                f"{name} shares memory with its input without being it: pass the "
+                "input itself (in place) or a separate tensor"
+            )
+    return tuple(out)
+
+
+def _rotate_pairs_into(
+    x: torch.Tensor, out: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, half: bool
+) -> None:
+    """``out = rotation of x`` on the pairs of the last dimension, with cos and sin of
+    shape (..., T, r/2): one angle per pair, no duplicated table. Four element-wise
+    passes with preallocated results; ``out`` may be ``x`` itself (then one half is
+    saved first)."""
+    r = 2 * cos.shape[-1]
+    if half:
+        x1, x2 = x[..., : r // 2], x[..., r // 2 : r]
+        o1, o2 = out[..., : r // 2], out[..., r // 2 : r]
+    else:
+        x1, x2 = x[..., 0:r:2], x[..., 1:r:2]
+        o1, o2 = out[..., 0:r:2], out[..., 1:r:2]
+    if out is x:  # in place: o1 overwrites x1, which o2 still needs
+        x1_sin = x1 * sin
+        o1.mul_(cos).addcmul_(x2, sin, value=-1)
+        o2.mul_(cos).add_(x1_sin)
+        return
+    torch.mul(x1, cos, out=o1)
+    o1.addcmul_(x2, sin, value=-1)  # x₁cos − x₂sin
+    torch.mul(x2, cos, out=o2)
+    o2.addcmul_(x1, sin)  # x₂cos + x₁sin
+    if r < x.shape[-1]:
+        out[..., r:].copy_(x[..., r:])
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_rotation(half: bool):
+    """The rotation of :func:`_rotate_pairs_into` as one ``torch.compile``-d
+    element-wise kernel per layout (one compilation per shape): each element of x is
+    read once and written once."""
+    def rotate(x, out, cos, sin):
+        r = 2 * cos.shape[-1]
+        if half:
+            x1, x2 = x[..., : r // 2], x[..., r // 2 : r]
+            out[..., : r // 2] = x1 * cos - x2 * sin
+            out[..., r // 2 : r] = x2 * cos + x1 * sin
+        else:
+            x1, x2 = x[..., 0:r:2], x[..., 1:r:2]
+            out[..., 0:r:2] = x1 * cos - x2 * sin
+            out[..., 1:r:2] = x2 * cos + x1 * sin
+        if r < x.shape[-1]:
+            out[..., r:] = x[..., r:]
+
+    return torch.compile(rotate, dynamic=False)
+
+
+def apply_rope_qk(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    positions: torch.Tensor,
+    *,
+    inv_freq: torch.Tensor | None = None,
+    base: float = 10000.0,
+    layout: str = "half",
+    attention_factor: float = 1.0,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+    fused: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotate queries and keys by their positions: the package's fast path, the same
+    rotation as :func:`apply_rope` applied to ``q`` and to ``k``.
+
+    Where the time goes in the plain form ``x⊙cos + rotate(x)⊙sin``: RoPE does 3
+    floating-point operations per element, so it is bound by memory traffic, and the
+    plain form moves each element many times (``rotate`` builds a copy, each product
+    another, the sum another, and the cos/sin tables are repeated over both halves).
+    This function instead
+
+    * computes one cos/sin table of shape (..., T, r/2) — one angle per pair, not
+      duplicated — shared by q and k;
+    * writes each half of the result with ``torch.mul(..., out=)`` and ``addcmul_``:
+      four element-wise passes and no temporary of q's size;
+    * takes preallocated outputs (``out=``), or rotates **in place** when ``out`` is
+      ``(q, k)`` (as flash-attn's ``apply_rotary_emb(..., inplace=True)``): a fresh
+      output tensor costs page faults that can exceed the rotation itself on a CPU;
+    * with ``fused=True``, runs one ``torch.compile``-d element-wise kernel per tensor
+      instead of four passes (each element read once, written once; the first call per
+      layout and shape compiles, seconds on a CPU).
+
+    ``python -m posenc.bench`` measures it against transformers' eager path and the
+    read-and-write floor (the chapter "The cost of positions").
+
+    Args:
+        q: (..., T, head_dim) float queries, e.g. (B, H, T, d_h).
+        k: (..., T_k, head_dim) keys of q's dtype and device, with T_k = T (the same
+            positions rotate both; for a KV cache call :func:`apply_rope` per tensor).
+        positions: (T,) integer or float positions, or (..., T) broadcasting against
+            q's leading dimensions, e.g. (B, 1, T).
+        inv_freq: (rotary_dim/2,) frequencies in radians per position; default
+            ``base^(−2i/head_dim)``.
+        base: frequency base when ``inv_freq`` is None.
+        layout: ``"half"`` (pairs (i, i + r/2)) or ``"interleaved"`` (pairs (2i,
+            2i + 1)).
+        attention_factor: scales cos and sin (YaRN's temperature).
+        out: ``(q_out, k_out)`` with q's and k's shapes, dtypes and devices, written and
+            returned; ``(q, k)`` rotates in place. Outputs must not partly overlap the
+            inputs (memory shared with an input
+            must be that input). Default: new tensors.
+        fused: use the compiled single-pass kernel.
+
+    Returns:
+        ``(q_rot, k_rot)``, the shapes, dtype and device of q and k. In float32 each
+        element equals :func:`apply_rope`'s up to the rounding of one multiply-add
+        (the operations are the same: ``x₁cos − x₂sin``, ``x₂cos + x₁sin``, with cos and
+        sin computed in float32 and cast to x's dtype); in bfloat16/float16 the sum is
+        rounded once instead of three times, so results may differ from
+        :func:`apply_rope`'s by one unit in the last place.
+
+    Raises:
+        TypeError: q or k not floating tensors; positions not a real tensor; inv_freq
+            not a tensor; out not a pair of tensors.
+        ValueError: as :func:`apply_rope`; q and k with different head_dim, T, dtype or
+            device; ``out`` tensors of the wrong shape, dtype or device, or partly
+            overlapping an input.
+
+    Source: Su et al. 2021, RoFormer, §3.4.2 (Eq. 34: the computationally efficient
+    element-wise form); in-place rotation as in flash-attn's ``apply_rotary_emb``.
+    """
+    positions, inv_freq, layout = _check_rope_input(
+        q, positions, inv_freq, base, layout, "q"
     )
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    rotate = rotate_half if layout == "half" else rotate_interleaved
-    x_rot, x_pass = x[..., :rotary_dim], x[..., rotary_dim:]
-    rotated = x_rot * cos + rotate(x_rot) * sin
-    return torch.cat((rotated, x_pass), dim=-1) if rotary_dim < head_dim else rotated
+    if not isinstance(k, torch.Tensor) or not k.is_floating_point():
+        raise TypeError(
+            f"k must be a floating tensor, got {getattr(k, 'dtype', type(k))}"
+        )
+    if k.shape[-1] != q.shape[-1] or k.dtype != q.dtype or k.device != q.device:
+        raise ValueError(
+            "q and k must share head_dim, dtype and device, got "
+            f"{tuple(q.shape)} {q.dtype} {q.device} and {tuple(k.shape)} {k.dtype} "
+            f"{k.device}"
+        )
+    _check_rope_input(k, positions, inv_freq, base, layout, "k")
+    out = _check_out(out, q, k)
+    angles = positions.to(torch.float32)[..., None] * inv_freq.to(
+        device=positions.device, dtype=torch.float32
+    )
+    cos = (angles.cos() * attention_factor).to(device=q.device, dtype=q.dtype)
+    sin = (angles.sin() * attention_factor).to(device=q.device, dtype=q.dtype)
+    if out is None:
+        out = (torch.empty_like(q), torch.empty_like(k))
+    half = layout == "half"
+    for x, o in zip((q, k), out, strict=True):
+        if fused:
+            if o is x:
+                x = x.clone()
+            _compiled_rotation(half)(x, o, cos, sin)
+        else:
+            _rotate_pairs_into(x, o, cos, sin, half)
+    return out
 
 
 def rope_matrix(
