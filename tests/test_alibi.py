@@ -3,7 +3,7 @@ import torch
 
 from posenc.alibi import alibi_bias, alibi_slopes
 from posenc.attention import MultiHeadAttention, attention_flex, attention_reference, attention_sdpa
-from posenc.schemes import build_scheme
+from posenc.schemes import PositionalScheme, build_scheme
 
 
 @pytest.mark.parametrize("num_heads", list(range(1, 33)) + [40, 48, 64, 96])
@@ -54,7 +54,13 @@ def test_reference_sdpa_and_flex_agree():
 
 
 def test_flex_refuses_what_it_cannot_do():
-    layer = MultiHeadAttention(16, 4, build_scheme("t5", d_model=16, num_heads=4))
+    class BiasOnly(PositionalScheme):  # a score bias with no score_mod nor augment_qk
+        name = "toy-bias-only"
+
+        def score_bias(self, q, k, q_positions, k_positions):
+            return torch.zeros(q.shape[-2], k.shape[-2])
+
+    layer = MultiHeadAttention(16, 4, BiasOnly(d_model=16, num_heads=4))
     with pytest.raises(ValueError, match="no score_mod"):
         layer(torch.randn(1, 5, 16), torch.arange(5), impl="flex")
 

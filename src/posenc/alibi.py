@@ -13,7 +13,12 @@ import math
 import torch
 
 from ._checks import check_int
-from .schemes import PositionalScheme, register_scheme, sequence_positions
+from .schemes import (
+    PositionalScheme,
+    flex_positions,
+    register_scheme,
+    sequence_positions,
+)
 
 
 def _power_of_two_slopes(n: int) -> list[float]:
@@ -85,16 +90,9 @@ def alibi_bias(
 
 
 def _flex_positions(q_positions, k_positions):
-    """Float positions for a ``score_mod``: (T_q,), (T_k,) when every row is alike (1-D,
-    or a batch of one), else (B, T_q), (B, T_k), indexed ``[b, idx]``."""
-    qp = sequence_positions(q_positions).float()
-    kp = sequence_positions(k_positions).float()
-    if qp.dim() == kp.dim() == 2 and qp.shape[0] == kp.shape[0] == 1:
-        return qp[0], kp[0]
-    if qp.dim() != kp.dim():  # one of them shared: give it the other's batch
-        batch = max(p.shape[0] for p in (qp, kp) if p.dim() == 2)
-        qp, kp = qp.expand(batch, qp.shape[-1]), kp.expand(batch, kp.shape[-1])
-    return qp, kp
+    """Float positions for a ``score_mod`` (:func:`posenc.schemes.flex_positions`)."""
+    qp, kp = flex_positions(q_positions, k_positions)
+    return qp.float(), kp.float()
 
 
 @register_scheme
@@ -122,7 +120,11 @@ class AlibiScheme(PositionalScheme):
         )
         return bias.to(q.dtype)
 
-    def score_mod(self, q_positions, k_positions):
+    def score_mod(self, q_positions, k_positions, *, q=None, k=None):
+        """The bias as a FlexAttention ``score_mod`` (see
+        :meth:`PositionalScheme.score_mod`): ``score − m_h · (m − n)``, reading the
+        positions (T_q + T_k floats, or B rows of them) and the H slopes; ``q`` and
+        ``k`` are not needed. No T×T tensor is stored."""
         slopes, symmetric = self.slopes, self.symmetric
         qp, kp = _flex_positions(q_positions, k_positions)
 

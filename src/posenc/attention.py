@@ -313,9 +313,14 @@ def attention_flex(
         scale: default 1/√d_h. window, chunk: as :func:`attention_mask`.
 
     Returns:
-        (B, H, T_q, d_h). The first call compiles (tens of seconds on a CPU). On the
-        CPU, torch 2.13's FlexAttention has no backward pass: use it there for
-        inference, and train on SDPA or a GPU.
+        (B, H, T_q, d_v): v may be narrower than q and k (as after
+        :meth:`~posenc.schemes.PositionalScheme.augment_qk`; pass ``scale`` then). The
+        first call per shape and ``score_mod`` compiles (seconds to tens of seconds on
+        a CPU). On the CPU, torch 2.13's FlexAttention has no backward pass: it raises
+        NotImplementedError when q, k or v requires grad (even under
+        ``torch.no_grad``), and a ``score_mod`` that captures a tensor requiring grad
+        fails to compile (InductorError); use it there for inference, under
+        ``torch.no_grad``, and train on SDPA or a GPU.
     """
     flex_attention, _ = _compiled_flex_functions()
     block_mask = flex_block_mask(
@@ -625,9 +630,9 @@ class MultiHeadAttention(nn.Module):
         Args:
             x: (B, T, d) float.
             positions: (T,) or (B, T) integer or float positions of the tokens.
-            impl: ``"reference"``, ``"sdpa"``, ``"flex"`` (needs a scheme with a
-                ``score_mod`` or without a score bias), or ``"auto"`` (sdpa unless
-                weights are needed).
+            impl: ``"reference"``, ``"sdpa"``, ``"flex"`` (needs a scheme without a
+                score bias or with a ``score_mod`` or ``augment_qk``: then no T×T
+                tensor is stored), or ``"auto"`` (sdpa unless weights are needed).
             need_weights: also return the attention weights (reference path only).
             cache: keys and values of earlier tokens (:class:`LayerKVCache`); the new
                 ones are appended and attended to with the old. The queries are then the
@@ -636,10 +641,10 @@ class MultiHeadAttention(nn.Module):
         Raises:
             ValueError: unknown ``impl``; ``impl="sdpa"`` or ``"flex"`` together with
                 ``need_weights`` or with a scheme that needs the weights;
-                ``impl="flex"`` with a scheme that has a score bias but no
-                ``score_mod``; positions whose last dimension is not T or whose batch
-                is neither 1 nor B; a scheme whose score bias does not broadcast to
-                (B, H, T_q, T_k).
+                ``impl="flex"`` with a scheme that has a score bias but neither a
+                ``score_mod`` nor an ``augment_qk``; positions whose last dimension
+                is not T or whose batch is neither 1 nor B; a scheme whose score bias
+                does not broadcast to (B, H, T_q, T_k).
         """
         impl = check_choice("impl", impl, ATTENTION_IMPLS)
         batch, seq_len, _ = x.shape
@@ -661,9 +666,15 @@ class MultiHeadAttention(nn.Module):
                 f"needs weights: {self.scheme.needs_attention_weights})"
             )
         if impl == "flex" and wants_weights:
+            reason = (
+                f"scheme {self.scheme.name!r} adds a value term made from them, which "
+                "no score_mod can add (it changes the output, not the scores)"
+                if self.scheme.needs_attention_weights
+                else f"need_weights={need_weights}"
+            )
             raise ValueError(
-                f"impl='flex' cannot return attention weights (scheme "
-                f"{self.scheme.name!r}, need_weights={need_weights})"
+                f"impl='flex' cannot return attention weights: {reason}; use "
+                "impl='reference' or 'auto'"
             )
         use_reference = impl == "reference" or (impl == "auto" and wants_weights)
         scale = 1.0 / math.sqrt(self.scheme.score_scale_factor * self.head_dim)
@@ -692,16 +703,32 @@ class MultiHeadAttention(nn.Module):
                     "impl='flex' does not take sink logits here; use 'sdpa' or "
                     "'reference'"
                 )
-            bias = None
-            score_mod = self.scheme.score_mod(pos, k_pos)
-            has_bias = type(self.scheme).score_bias is not PositionalScheme.score_bias
-            if score_mod is None and has_bias:
-                raise ValueError(
-                    f"scheme {self.scheme.name!r} has a score bias but no "
-                    "score_mod for impl='flex'"
+            bias, score_mod = None, None
+            # the bias inside the kernel, with no T×T tensor: folded into q and k
+            # (Transformer-XL; the values keep d_h, the scale stays 1/√d_h), or a
+            # score_mod that looks it up from O(T)-sized tables. (The sdpa path keeps
+            # the bias tensor: torch 2.13's CPU SDPA has no fused kernel for a q/k
+            # head dim other than v's and would build the T×T scores anyway.)
+            folded = self.scheme.augment_qk(q, k, pos, k_pos)
+            if folded is None:
+                score_mod = self.scheme.score_mod(pos, k_pos, q=q, k=k)
+                has_bias = (
+                    type(self.scheme).score_bias is not PositionalScheme.score_bias
                 )
+                if score_mod is None and has_bias:
+                    raise ValueError(
+                        f"scheme {self.scheme.name!r} has a score bias but no "
+                        "score_mod (nor augment_qk) for impl='flex'"
+                    )
+            q_in, k_in = (q, k) if folded is None else folded
             out = attention_flex(
-                q, k, v, score_mod=score_mod, causal=self.causal, scale=scale, **masks
+                q_in,
+                k_in,
+                v,
+                score_mod=score_mod,
+                causal=self.causal,
+                scale=scale,
+                **masks,
             )
         else:
             bias = self.scheme.score_bias(q, k, pos, k_pos)

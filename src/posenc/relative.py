@@ -18,7 +18,13 @@ import torch
 from torch import nn
 
 from ._checks import check_int
-from .schemes import PositionalScheme, register_scheme, sequence_positions
+from .schemes import (
+    PositionalScheme,
+    flex_pair,
+    flex_positions,
+    register_scheme,
+    sequence_positions,
+)
 from .sinusoidal import sinusoidal_encoding
 
 
@@ -31,6 +37,57 @@ def _pairwise(q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Ten
 def _expand_index(index: torch.Tensor, batch_shape: torch.Size) -> torch.Tensor:
     """Broadcast an index (T_q, T_k) or (B, 1, T_q, T_k) to (B, H, T_q, T_k)."""
     return index.expand(*batch_shape).long()
+
+
+def _needs_qk(scheme: str, q, k, *, need_q: bool = True, need_k: bool = False) -> None:
+    """A ``score_mod`` whose bias depends on the content needs the queries or keys.
+
+    Raises:
+        ValueError: naming the scheme and what is missing.
+    """
+    wanted = (("q", q, need_q), ("k", k, need_k))
+    missing = [name for name, t, need in wanted if need and t is None]
+    if missing:
+        raise ValueError(
+            f"the {scheme} score_mod depends on the content: pass "
+            + " and ".join(f"{n}=" for n in missing)
+            + " (the queries/keys after transform_qk, (B, H, T, d_h))"
+        )
+
+
+def _integer_flex_positions(scheme: str, q_positions, k_positions):
+    """:func:`posenc.schemes.flex_positions`, refusing float positions (they index a
+    table).
+
+    Raises:
+        TypeError: float positions, naming the scheme.
+    """
+    if q_positions.is_floating_point() or k_positions.is_floating_point():
+        raise TypeError(
+            f"{scheme}'s relative positions index a table: positions must be integers, "
+            f"got {q_positions.dtype} and {k_positions.dtype}"
+        )
+    return flex_positions(q_positions, k_positions)
+
+
+def _distance_lookup(
+    low: torch.Tensor, high: torch.Tensor
+) -> tuple[int, torch.Tensor]:
+    """The distances that a ``score_mod``'s 1-D lookup covers.
+
+    Args:
+        low, high: per-row bounds of the pairs' distances, (B,) or ().
+
+    Returns:
+        ``(lo, distances)``: lo = min(low) as an int; distances the int64 ``lo, lo + 1,
+        …`` through max(high) (T_q + T_k − 1 values for contiguous positions), padded
+        at the top (with entries no pair reads) to a multiple of 128, so that position
+        sets of the same shapes but another spread (a strided row) reuse a compiled
+        kernel instead of compiling one more.
+    """
+    lo, hi = int(low.min()), int(high.max())
+    size = -(-(hi - lo + 1) // 128) * 128
+    return lo, torch.arange(lo, lo + size, device=low.device)
 
 
 # --------------------------------------------------------------------------------------
@@ -84,6 +141,55 @@ def shaw_key_bias(
     per_offset = q @ a_k.transpose(0, 1)  # (B, H, T_q, 2k+1)
     index = _expand_index(rel + k, per_offset.shape[:-1] + (rel.shape[-1],))
     return per_offset.gather(-1, index)
+
+
+def shaw_key_score_mod(
+    q: torch.Tensor,
+    a_k: torch.Tensor,
+    q_positions: torch.Tensor,
+    k_positions: torch.Tensor,
+):
+    """Shaw et al.'s key term ``q_m · a^K_{clip(n−m)} / √d_h`` as a FlexAttention
+    ``score_mod``: :func:`shaw_key_bias` divided by √d_h (as
+    :meth:`ShawScheme.score_bias`), without any (T_q, T_k) tensor.
+
+    Every query is scored once against the 2k + 1 offset embeddings, a table
+    ``q @ a_kᵀ / √d_h`` of shape (B, H, T_q, 2k + 1); the mod adds entry
+    ``clip(n − m, −k, k) + k`` of query m's row to the score of the pair (m, n). Memory
+    O(B·H·T_q·k) for the table and O(T) for the positions; no T×T tensor is stored.
+
+    Args:
+        q: (B, H, T_q, d_h) float, the queries after the scheme's transform.
+        a_k: (2k + 1, d_h) offset embeddings a^K_{−k} … a^K_k, q's dtype.
+        q_positions: integer (T_q,), (B, T_q) or (B, 1, T_q).
+        k_positions: integer (T_k,), (B, T_k) or (B, 1, T_k).
+
+    Returns:
+        ``mod(score, b, h, q_idx, kv_idx) → score + q_m · a^K_{clip(n−m)} / √d_h``.
+
+    Raises:
+        TypeError: float positions (they index a table).
+        ValueError: positions of another shape; a_k with an even number of rows or
+            another width than q.
+
+    Source: Shaw et al. 2018, "Self-Attention with Relative Position
+    Representations", §3.1, Eq. 4 (the key term of e_ij); clipping §3.2.
+    """
+    if a_k.dim() != 2 or a_k.shape[0] % 2 == 0 or a_k.shape[1] != q.shape[-1]:
+        raise ValueError(
+            "a_k must have shape (2k + 1, d_h) with d_h = q.shape[-1] = "
+            f"{q.shape[-1]}, got {tuple(a_k.shape)}"
+        )
+    qp, kp = _integer_flex_positions("Shaw et al.", q_positions, k_positions)
+    clip = (a_k.shape[0] - 1) // 2
+    table = (q @ a_k.transpose(0, 1)) / math.sqrt(q.shape[-1])  # (B, H, T_q, 2k+1)
+    pair = flex_pair(qp, kp)
+
+    def mod(score, b, h, q_idx, kv_idx):
+        m, n = pair(b, q_idx, kv_idx)
+        return score + table[b, h, q_idx, (n - m).clamp(-clip, clip) + clip]
+
+    return mod
 
 
 def shaw_value_term_naive(
@@ -155,6 +261,32 @@ class ShawScheme(PositionalScheme):
             q, self.a_k.to(q.dtype), self._rel(q_positions, k_positions)
         ) / math.sqrt(self.head_dim)
 
+    def score_mod(self, q_positions, k_positions, *, q=None, k=None):
+        """The key term, :meth:`score_bias`, as a FlexAttention ``score_mod``
+        (:func:`shaw_key_score_mod`): a (B, H, T_q, 2k + 1) table of
+        ``q · a^K / √d_h`` looked up at clip(n − m) + k; no T×T tensor is stored.
+
+        The value term cannot be a ``score_mod`` (it changes the output, not the
+        scores), so :class:`~posenc.attention.MultiHeadAttention` still refuses
+        ``impl="flex"`` for this scheme (``needs_attention_weights``); the mod serves
+        :func:`~posenc.attention.attention_flex` called directly.
+
+        Args:
+            q_positions: integer (T_q,) or (B, 1, T_q). k_positions: integer (T_k,)
+                or (B, 1, T_k).
+            q: (B, H, T_q, d_h) queries (required). k: not used.
+
+        Returns:
+            ``mod(score, b, h, q_idx, kv_idx) → score + q_m · a^K_{clip(n−m)} / √d_h``.
+
+        Raises:
+            ValueError: ``q`` missing. TypeError: float positions.
+
+        Source: Shaw et al. 2018, §3.1, Eq. 4 (key term only).
+        """
+        _needs_qk("shaw", q, k)
+        return shaw_key_score_mod(q, self.a_k.to(q.dtype), q_positions, k_positions)
+
     def value_term(self, weights, q_positions, k_positions):
         fn = shaw_value_term_naive if self.naive else shaw_value_term
         return fn(
@@ -203,7 +335,8 @@ class TransformerXLScheme(PositionalScheme):
     W_R a learned projection and u, v learned per-head vectors. Term (a) is the usual
     score; (b)–(d) are the score bias. The terms (b) + (d) = (q_m + v)ᵀ W_R R_{m−n} are
     computed once per distinct distance and gathered — never a (T, T, d) tensor.
-    Translation invariant by construction.
+    Translation invariant by construction. For fused kernels, :meth:`augment_qk`
+    folds the whole bias into q and k, with no T×T tensor at all.
 
     Args:
         d_model, num_heads: model sizes. base: frequency base of R.
@@ -237,6 +370,78 @@ class TransformerXLScheme(PositionalScheme):
         bd = per_distance.gather(-1, index)
         c = (k @ self.u[:, :, None].to(k.dtype)).transpose(-1, -2)  # (B, H, 1, T_k)
         return (bd + c) / math.sqrt(self.head_dim)
+
+    def augment_qk(self, q, k, q_positions, k_positions):
+        """Terms (a)–(d) as one dot product: ``q_aug[m] · k_aug[n] = q_m·k_n + √d_h ·``
+        :meth:`score_bias` ``[m, n]``, so that any attention kernel given
+        ``scale=1/√d_h`` adds the bias with no T×T tensor and no (T_q, T_q + T_k) table
+        of distances.
+
+        With ``a = W_R,hᵀ (q_m + v_h)`` (W_R,h: head h's d_h rows of W_R; a ∈ R^d) split
+        into its sine half a_s and cosine half a_c (R is ``[sin | cos]``), the
+        angle-difference identities turn terms (b) + (d) into a sum over f of
+
+            a_s,f sin((m−n)ω_f) + a_c,f cos((m−n)ω_f)
+              = cos(nω_f)·[a_s,f sin(mω_f) + a_c,f cos(mω_f)]
+              + sin(nω_f)·[a_c,f sin(mω_f) − a_s,f cos(mω_f)],
+
+        a product of a query-side and a key-side vector; term (c) joins (a) as
+        (q_m + u_h)·k_n. Hence
+
+            q_aug = [q_m + u_h | a_s∘sin(mω) + a_c∘cos(mω) | a_c∘sin(mω) − a_s∘cos(mω)],
+            k_aug = [k_n | cos(nω) | sin(nω)],
+
+        of head dim d_h + d. The sines and cosines of the absolute positions come from
+        :func:`~posenc.sinusoidal.sinusoidal_encoding` (float64, rounded once).
+        Memory O(B·H·T·(d_h + d)); no T×T tensor is stored. Equal to
+        :meth:`score_bias` up to float rounding (the fold sums other products); float
+        positions give the exact sinusoid of m − n, where :meth:`score_bias` takes
+        integers.
+
+        Args:
+            q: (B, H, T_q, d_h) float queries after transform_qk.
+            k: (B, H, T_k, d_h) keys, q's dtype.
+            q_positions: (T_q,) or (B, 1, T_q) positions m (also (B, T_q)).
+            k_positions: (T_k,) or (B, 1, T_k) positions n.
+
+        Returns:
+            ``(q_aug, k_aug)``: (B, H, T_q, d_h + d) and (B, H, T_k, d_h + d), q's
+            dtype. The values keep d_h.
+
+        Raises:
+            ValueError: positions of another shape.
+
+        Source: Dai et al. 2019, "Transformer-XL", §3.3 (terms (a)–(d)) and App. B
+        (computing term (b) efficiently); the fold is the angle-difference identity.
+        """
+        qp, kp = sequence_positions(q_positions), sequence_positions(k_positions)
+        half, heads = self.d_model // 2, self.num_heads
+        enc_q = sinusoidal_encoding(qp, self.d_model, self.base, "concatenated")
+        enc_k = sinusoidal_encoding(kp, self.d_model, self.base, "concatenated")
+        if qp.dim() == 2:  # (B, T, d) → (B, 1, T, d): broadcast over the heads
+            enc_q = enc_q[:, None]
+        if kp.dim() == 2:
+            enc_k = enc_k[:, None]
+        enc_q, enc_k = enc_q.to(q.dtype), enc_k.to(k.dtype)
+        sin_m, cos_m = enc_q[..., :half], enc_q[..., half:]
+        # a = W_R,hᵀ (q_m + v_h): W_R's rows h·d_h … (h+1)·d_h − 1 are head h's output
+        w_r = self.r_proj.weight.to(q.dtype).view(heads, self.head_dim, self.d_model)
+        a = (q + self.v[:, None, :].to(q.dtype)) @ w_r  # (B, H, T_q, d)
+        a_s, a_c = a[..., :half], a[..., half:]
+        q_aug = torch.cat(
+            (
+                q + self.u[:, None, :].to(q.dtype),
+                a_s * sin_m + a_c * cos_m,  # multiplies cos(nω)
+                a_c * sin_m - a_s * cos_m,  # multiplies sin(nω)
+            ),
+            dim=-1,
+        )
+        shape = (*k.shape[:-1], half)
+        k_aug = torch.cat(
+            (k, enc_k[..., half:].expand(shape), enc_k[..., :half].expand(shape)),
+            dim=-1,
+        )
+        return q_aug, k_aug
 
 
 # --------------------------------------------------------------------------------------
@@ -333,6 +538,9 @@ class T5Scheme(PositionalScheme):
         num_buckets, max_distance: see :func:`t5_relative_position_bucket` (T5: 32 and
         128).
         bidirectional: False for decoders such as the book's LM.
+
+    :meth:`score_mod` adds the same bias inside FlexAttention from the (num_buckets,
+    H) table and a per-distance bucket lookup, with no T×T tensor.
     """
 
     name = "t5"
@@ -367,6 +575,54 @@ class T5Scheme(PositionalScheme):
         )
         # the table gives (..., T_q, T_k, H); the heads go in front of the position axes
         return self.bias(bucket).movedim(-1, -3).to(q.dtype)
+
+    def score_mod(self, q_positions, k_positions, *, q=None, k=None):
+        """The bias of :meth:`score_bias` as a FlexAttention ``score_mod``, with no
+        T×T tensor.
+
+        The bucket of each distinct relative position ``n − m`` is computed once with
+        :func:`t5_relative_position_bucket`: an int64 lookup over the distances from
+        min(n) − max(m) to max(n) − min(m) (T_q + T_k − 1 of them for contiguous
+        positions), padded to a multiple of 128 entries. The mod adds
+        ``table[bucket[n − m], h]`` from the learned (num_buckets, H) table, exactly
+        :meth:`score_bias`'s entry. No T×T tensor is stored: the mod holds that
+        lookup (int64, ≥ T_q + T_k − 1 entries), the table and the positions.
+
+        Args:
+            q_positions: integer (T_q,) or (B, 1, T_q) (also (B, T_q)).
+            k_positions: integer (T_k,) or (B, 1, T_k).
+            q: optional queries; only their dtype is used (the table is cast to it,
+                as :meth:`score_bias` does). k: not used.
+
+        Returns:
+            ``mod(score, b, h, q_idx, kv_idx) → score + table[bucket[n − m], h]``.
+
+        Raises:
+            TypeError: float positions. ValueError: positions of another shape.
+
+        Source: Raffel et al. 2020, "Exploring the Limits of Transfer Learning with a
+        Unified Text-to-Text Transformer", §2.1.
+        """
+        qp, kp = _integer_flex_positions("T5", q_positions, k_positions)
+        # every n − m of a pair (and a few more)
+        lo, distances = _distance_lookup(
+            kp.amin(-1) - qp.amax(-1), kp.amax(-1) - qp.amin(-1)
+        )
+        bucket = t5_relative_position_bucket(
+            distances, self.bidirectional, self.num_buckets, self.max_distance
+        )
+        table = self.bias.weight  # (num_buckets, H)
+        if q is not None:
+            table = table.to(q.dtype)
+        # (n − m) − lo = n − (m + lo): shift the query positions once, so that the
+        # mod holds no Python int that a new shape would recompile for
+        pair = flex_pair(qp + lo, kp)
+
+        def mod(score, b, h, q_idx, kv_idx):
+            m_shifted, n = pair(b, q_idx, kv_idx)
+            return score + table[bucket[n - m_shifted], h]
+
+        return mod
 
 
 # --------------------------------------------------------------------------------------
@@ -457,6 +713,9 @@ class DebertaScheme(PositionalScheme):
     for all layers; no LayerNorm of the relative embeddings; c2p and p2c always both
     on; causal or not as the attention is; explicit positions; T_q ≠ T_k (a KV cache).
 
+    :meth:`score_mod` adds c2p + p2c inside FlexAttention from per-bucket tables
+    (B, H, T, 2·bucket_size), with no T×T tensor.
+
     Args:
         d_model, num_heads: model sizes.
         bucket_size: position buckets (att_span); max_position: log-bucketing range.
@@ -501,3 +760,58 @@ class DebertaScheme(PositionalScheme):
         shape_t = p2c_all.shape[:-1] + (index_t.shape[-1],)
         p2c = p2c_all.gather(-1, _expand_index(index_t, shape_t)).transpose(-1, -2)
         return (c2p + p2c) / math.sqrt(self.score_scale_factor * self.head_dim)
+
+    def score_mod(self, q_positions, k_positions, *, q=None, k=None):
+        """The bias of :meth:`score_bias` as a FlexAttention ``score_mod``, with no
+        T×T tensor.
+
+        Tables: c2p = Q^c K_rᵀ, (B, H, T_q, 2·bucket_size), and p2c = K^c Q_rᵀ,
+        (B, H, T_k, 2·bucket_size); and the row of each distinct distance
+        δ = m − n (query − key, DeBERTa's convention), ``clamp(``
+        :func:`deberta_log_bucket_position` ``(δ) + span, 0, 2·span − 1)``, an int64
+        lookup over the distances from min(m) − max(n) to max(m) − min(n)
+        (T_q + T_k − 1 of them for contiguous positions), padded to a multiple of 128
+        entries. The mod adds ``(c2p[b, h, m, row(δ)] + p2c[b, h, n, row(δ)]) /
+        √(3·d_h)``, exactly :meth:`score_bias`'s entry. No T×T tensor is stored:
+        memory O(B·H·(T_q + T_k)·bucket_size) for the tables.
+
+        Args:
+            q_positions: integer (T_q,) or (B, 1, T_q) (also (B, T_q)).
+            k_positions: integer (T_k,) or (B, 1, T_k).
+            q: (B, H, T_q, d_h) queries after transform_qk (required).
+            k: (B, H, T_k, d_h) keys after transform_qk (required).
+
+        Returns:
+            ``mod(score, b, h, q_idx, kv_idx) → score + bias``.
+
+        Raises:
+            ValueError: ``q`` or ``k`` missing; positions of another shape.
+            TypeError: float positions (:meth:`score_bias` truncates them; a table
+                index must be an integer).
+
+        Source: He et al. 2021, "DeBERTa: Decoding-enhanced BERT with Disentangled
+        Attention", §3.1, Eqs. 2–4 (the c2p and p2c terms, scaled by 1/√(3d)).
+        """
+        _needs_qk("deberta", q, k, need_k=True)
+        qp, kp = _integer_flex_positions("DeBERTa", q_positions, k_positions)
+        span = self.bucket_size
+        # every m − n of a pair (and a few more)
+        lo, delta = _distance_lookup(
+            qp.amin(-1) - kp.amax(-1), qp.amax(-1) - kp.amin(-1)
+        )
+        bucket = deberta_log_bucket_position(delta, span, self.max_position)
+        row = (bucket + span).clamp(0, 2 * span - 1)  # a row of the 2·span table
+        emb = self.rel_embeddings.to(q.dtype)
+        c2p = q @ self._heads(self.pos_key_proj(emb)).transpose(-1, -2)
+        p2c = k @ self._heads(self.pos_query_proj(emb)).transpose(-1, -2)
+        denominator = math.sqrt(self.score_scale_factor * self.head_dim)
+        # (m − n) − lo = m − (n + lo): shift the key positions once (no Python int in
+        # the mod, which a new shape would recompile for)
+        pair = flex_pair(qp, kp + lo)
+
+        def mod(score, b, h, q_idx, kv_idx):
+            m, n_shifted = pair(b, q_idx, kv_idx)
+            r = row[m - n_shifted]
+            return score + (c2p[b, h, q_idx, r] + p2c[b, h, kv_idx, r]) / denominator
+
+        return mod

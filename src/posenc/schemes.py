@@ -7,7 +7,9 @@ A positional scheme acts at one or more of four plug-in points of the one attent
    (sinusoidal, learned);
 2. :meth:`PositionalScheme.transform_qk` — transform queries and keys (RoPE);
 3. :meth:`PositionalScheme.score_bias` — add ``b(m, n)`` to the attention scores before
-   the softmax (ALiBi, T5, Shaw keys, Transformer-XL, DeBERTa);
+   the softmax (ALiBi, T5, Shaw keys, Transformer-XL, DeBERTa); for fused kernels the
+   same bias without a T×T tensor, as a FlexAttention :meth:`PositionalScheme.score_mod`
+   or folded into q and k by :meth:`PositionalScheme.augment_qk`;
 4. :meth:`PositionalScheme.value_term` — add a term built from the attention weights to
    the output (Shaw values).
 
@@ -103,12 +105,65 @@ class PositionalScheme(nn.Module):
         term (B, H, T_q, d_h) added to the attention output; ``None`` for no term."""
         return None
 
-    def score_mod(self, q_positions: torch.Tensor, k_positions: torch.Tensor):
-        """FlexAttention form of the score bias: a function
-        ``(score, b, h, q_idx, kv_idx) → score`` that adds the bias without any T×T
-        tensor, or ``None`` if the scheme has none (then a scheme with a score bias
-        cannot take the ``"flex"`` attention path). Positions are (T,) or (B, 1, T), as
-        for :meth:`score_bias`; with the latter, ``b`` picks the row."""
+    def score_mod(
+        self,
+        q_positions: torch.Tensor,
+        k_positions: torch.Tensor,
+        *,
+        q: torch.Tensor | None = None,
+        k: torch.Tensor | None = None,
+    ):
+        """FlexAttention form of the score bias (plug-in point 3 inside the kernel):
+        :meth:`score_bias` added pair by pair, without any (H, T_q, T_k) tensor.
+        Whatever the function looks up is built here, once per call, and is O(T) or
+        O(T · something small): positions, per-distance lookups, per-offset tables.
+
+        The attention's ``"flex"`` path asks for it when :meth:`augment_qk` gives
+        None; a scheme with a score bias and neither form cannot take that path, nor
+        can one with a value term (Shaw's), whose ``score_mod`` covers only the scores.
+
+        Args:
+            q_positions: (T_q,) or (B, 1, T_q), as for :meth:`score_bias`; with the
+                latter, ``b`` picks the row.
+            k_positions: (T_k,) or (B, 1, T_k).
+            q: the queries after :meth:`transform_qk`, (B, H, T_q, d_h), for a bias
+                that depends on the content (Shaw's keys, DeBERTa); ignored by a bias
+                of positions alone (ALiBi, T5).
+            k: the keys after :meth:`transform_qk`, (B, H, T_k, d_h), likewise.
+
+        Returns:
+            ``mod(score, b, h, q_idx, kv_idx) → score + bias[b, h, q_idx, kv_idx]``,
+            ``score`` being the scaled q·k; or ``None`` (the default) for no such form.
+
+        Raises:
+            ValueError: a scheme whose bias needs ``q`` or ``k`` called without them.
+        """
+        return None
+
+    def augment_qk(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        q_positions: torch.Tensor,
+        k_positions: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The score bias folded into the dot product: ``(q_aug, k_aug)`` with
+
+            q_aug[m] · k_aug[n] · scale = q[m] · k[n] · scale + bias[m, n],
+
+        ``scale`` being the attention's 1/√(score_scale_factor · d_h), for a bias that
+        a ``score_mod`` cannot look up from a small table (Transformer-XL's sinusoids
+        of m − n). Any attention kernel then adds the bias with no T×T tensor, provided
+        it is given ``scale`` explicitly (the head dim grows) and ``v`` as it was.
+        ``None`` (the default) if the scheme has no such form.
+
+        Args:
+            q: (B, H, T_q, d_h) after :meth:`transform_qk`. k: (B, H, T_k, d_h).
+            q_positions, k_positions: (T,) or (B, 1, T), as for :meth:`score_bias`.
+
+        Returns:
+            ``(q_aug, k_aug)``: (B, H, T_q, d_aug) and (B, H, T_k, d_aug), or None.
+        """
         return None
 
     def extra_repr(self) -> str:
@@ -140,6 +195,51 @@ def sequence_positions(positions: torch.Tensor) -> torch.Tensor:
         f"positions must have shape (T,), (B, T) or (B, 1, T), "
         f"got {tuple(positions.shape)}"
     )
+
+
+def flex_positions(
+    q_positions: torch.Tensor, k_positions: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positions as a ``score_mod`` reads them, dtype kept.
+
+    Args:
+        q_positions: (T_q,), (B, T_q) or (B, 1, T_q). k_positions: likewise with T_k.
+
+    Returns:
+        ``(T_q,), (T_k,)`` when every row is alike (1-D positions, or a batch of one),
+        indexed ``[q_idx]``, ``[kv_idx]``; else ``(B, T_q), (B, T_k)`` (a shared side
+        expanded to the other's batch), indexed ``[b, q_idx]``, ``[b, kv_idx]``;
+        contiguous (O(B·T) copies at most).
+
+    Raises:
+        ValueError: positions of any other shape.
+    """
+    qp, kp = sequence_positions(q_positions), sequence_positions(k_positions)
+    if qp.dim() == kp.dim() == 2 and qp.shape[0] == kp.shape[0] == 1:
+        return qp[0], kp[0]
+    if qp.dim() != kp.dim():  # one of them shared: give it the other's batch
+        batch = max(p.shape[0] for p in (qp, kp) if p.dim() == 2)
+        qp, kp = qp.expand(batch, qp.shape[-1]), kp.expand(batch, kp.shape[-1])
+    # contiguous: a compiled kernel is specialised to the strides of what the
+    # score_mod captures, and expanded rows (stride 0) would compile one more
+    return qp.contiguous(), kp.contiguous()
+
+
+def flex_pair(qp: torch.Tensor, kp: torch.Tensor):
+    """A function ``(b, q_idx, kv_idx) → (m, n)`` that reads the query and key position
+    of one pair inside a ``score_mod``, from :func:`flex_positions`' result (1-D: the
+    same for every ``b``; 2-D: row ``b``)."""
+    if qp.dim() == 1:
+
+        def pair(b, q_idx, kv_idx):
+            return qp[q_idx], kp[kv_idx]
+
+    else:
+
+        def pair(b, q_idx, kv_idx):
+            return qp[b, q_idx], kp[b, kv_idx]
+
+    return pair
 
 
 def register_scheme(cls: type[PositionalScheme]) -> type[PositionalScheme]:
