@@ -554,10 +554,9 @@ def bias_attention(path: str, module, q, k, v, positions) -> torch.Tensor:
 
     scale = 1.0 / math.sqrt(module.score_scale_factor * q.shape[-1])
     if path == "flex":
-        augment = getattr(module, "augment_qk", None)
-        if augment is not None:
-            q_aug, k_aug = augment(q, k, positions, positions)
-            return attention_flex(q_aug, k_aug, v, scale=1.0 / math.sqrt(q.shape[-1]))
+        augmented = module.augment_qk(q, k, positions, positions)
+        if augmented is not None:
+            return attention_flex(*augmented, v, scale=scale)
         return attention_flex(
             q,
             k,
