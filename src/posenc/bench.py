@@ -612,6 +612,36 @@ def bias_benchmark(
         (:func:`bias_memory_model`), ``GFLOP`` (4·B·H·T²·d_h, the two matrix
         products) and ``x_floor`` (forward time over the same T's "none" on SDPA).
     """
+    import torch._dynamo
+
+    # One FlexAttention kernel per (scheme, T): past dynamo's recompile limit (8) it
+    # would silently run the uncompiled FlexAttention, which stores T×T scores. Start
+    # from a fresh dynamo (a limit once hit stays hit), allow every kernel, and fail
+    # rather than fall back.
+    torch._dynamo.reset()
+    limits = dict(
+        recompile_limit=1024,
+        accumulated_recompile_limit=4096,
+        fail_on_recompile_limit_hit=True,
+    )
+    with torch._dynamo.config.patch(**limits):
+        rows = _bias_rows(
+            batch,
+            num_heads,
+            head_dim,
+            seq_lens,
+            schemes,
+            paths,
+            device,
+            min_run_time,
+            backward,
+        )
+    return add_bias_ratios(rows)
+
+
+def _bias_rows(
+    batch, num_heads, head_dim, seq_lens, schemes, paths, device, min_run_time, backward
+) -> list[dict]:
     device = torch.device(device)
     rows = []
     for seq_len in seq_lens:
@@ -621,12 +651,7 @@ def bias_benchmark(
                 scheme, head_dim=head_dim, device=device, **sizes
             )
             for path in paths:
-                if scheme == "none" and path == "sdpa + mask":
-                    path_fn = "sdpa + mask"  # SDPA with no bias: the floor
-                else:
-                    path_fn = path
-
-                def forward(path_fn=path_fn, module=module, q=q, k=k, v=v, pos=pos):
+                def forward(path_fn=path, module=module, q=q, k=k, v=v, pos=pos):
                     with torch.no_grad():
                         return bias_attention(path_fn, module, q, k, v, pos)
 
@@ -640,7 +665,7 @@ def bias_benchmark(
                 if backward and not (path == "flex" and device.type == "cpu"):
                     params = [x.requires_grad_() for x in (q, k, v)]
 
-                    def step(path_fn=path_fn, module=module, q=q, k=k, v=v, pos=pos):
+                    def step(path_fn=path, module=module, q=q, k=k, v=v, pos=pos):
                         out = bias_attention(path_fn, module, q, k, v, pos)
                         out.sum().backward()
 
@@ -665,7 +690,7 @@ def bias_benchmark(
                         "GFLOP": 4 * batch * num_heads * seq_len**2 * head_dim / 1e9,
                     }
                 )
-    return add_bias_ratios(rows)
+    return rows
 
 
 def add_bias_ratios(rows: list[dict]) -> list[dict]:
