@@ -26,7 +26,7 @@ export OMP_NUM_THREADS := 1
 VENDOR := book/_vendor
 ASSETS := $(VENDOR)/node_modules/.package-lock.json
 
-.PHONY: book prepare study study-verify study-check slides test pytest notebooks strict-book \
+.PHONY: book prepare study study-verify study-check bench slides test pytest notebooks strict-book \
 	site-tests clean-env-tests clean
 
 $(STAMP): requirements.txt pyproject.toml
@@ -58,7 +58,11 @@ prepare: $(STAMP)
 	$(BIN)/python -m posenc.prepare
 	$(BIN)/python -m posenc.pretrained
 
+# The chapters are executed first, one per core, into the book's execution cache
+# (python -m posenc.execute); jupyter-book, which would run them one by one, then finds
+# every one of them there.
 book: prepare study-verify $(ASSETS)
+	$(BIN)/python -m posenc.execute
 	$(BIN)/jupyter-book build .
 	$(MAKE) slides
 	@echo "Open _build/html/index.html"
@@ -67,7 +71,9 @@ book: prepare study-verify $(ASSETS)
 slides: $(STAMP) $(ASSETS)
 	$(BIN)/jupyter nbconvert --config book/_slides/nbconvert_config.py
 
-test: pytest prepare study-check notebooks strict-book slides site-tests clean-env-tests
+# clean-env-tests before strict-book: the chapters they execute fill the book's execution
+# cache, which the strict build then reads instead of executing every chapter a third time.
+test: pytest prepare study-check notebooks clean-env-tests strict-book slides site-tests
 
 # The study tier (DESIGN.md): the multi-seed length-generalization study (posenc.study) and the
 # real model's long-context runs (posenc.pretrained_study), too long for every build (about 2.5 h
@@ -87,6 +93,12 @@ study-check: $(STAMP)
 	$(BIN)/python -m posenc.study --check
 	$(BIN)/python -m posenc.pretrained_study --check
 
+# The benchmarks of the chapter "The cost of positions" (python -m posenc.bench), stored with
+# their provenance in src/posenc/results/bench/cpu.json. They use every core (the command sets
+# torch's threads itself): run them on an otherwise idle machine.
+bench: $(STAMP)
+	$(BIN)/python -m posenc.bench --save
+
 pytest: $(STAMP)
 	$(BIN)/python -m pytest tests/ -m "not site and not clean_env"
 
@@ -96,6 +108,7 @@ notebooks: prepare
 	$(BIN)/python -m pytest --nbval-lax --nbval-current-env -n 2 --dist loadfile --durations=10 book/
 
 strict-book: prepare study-verify $(ASSETS)
+	$(BIN)/python -m posenc.execute
 	$(BIN)/jupyter-book build . -W -n --keep-going
 
 # Every page and deck of _build/html in headless Chromium (tests/test_site.py).
@@ -105,9 +118,10 @@ site-tests: $(STAMP)
 	POSENC_REQUIRE_SITE=1 $(BIN)/python -m pytest tests/ -m site
 
 # Every chapter copied alone into an empty folder and run by a Python without posenc, so that its
-# install cell must install it — from this checkout (tests/test_clean_env.py).
+# install cell must install it — from this checkout (tests/test_clean_env.py). Each chapter
+# that passes also goes into the book's execution cache, for strict-book.
 clean-env-tests: prepare
-	$(BIN)/python -m pytest tests/ -m clean_env -n 2
+	POSENC_FILL_BOOK_CACHE=1 $(BIN)/python -m pytest tests/ -m clean_env -n 2
 
 clean:
 	rm -rf _build .cache $(VENDOR)/node_modules

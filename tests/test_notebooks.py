@@ -68,3 +68,30 @@ def test_markdown_printed_by_cells_can_hold_tables():
     as raw pipes on the site."""
     config = yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]["config"]
     assert config.get("nb_render_markdown_format") in ("myst", "gfm")
+
+
+def test_the_parallel_execution_step_sees_the_books_chapters_and_cache(tmp_path):
+    """posenc.execute (make book, make test) executes exactly the chapters, into the cache
+    jupyter-book reads, and a stored chapter counts as cached for its current code only."""
+    import nbformat
+    from jupyter_cache import get_cache
+
+    from posenc import execute
+
+    assert [p.relative_to(ROOT).with_suffix("").as_posix() for p in execute.chapters(ROOT)] == chapters()
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())["execute"]
+    assert config["execute_notebooks"] == "cache"
+    assert execute.book_config(ROOT)["cache"] == ROOT / config["cache"]
+    assert execute.book_config(ROOT)["timeout"] == config["timeout"]
+
+    path = NOTEBOOKS[0]
+    cache = get_cache(str(tmp_path / "cache"))
+    assert not execute.is_cached(cache, path)
+    nb = nbformat.read(path, as_version=4)
+    assert execute.store(nb, path, 1.0, tmp_path / "cache")
+    assert execute.is_cached(cache, path)
+    assert not execute.store(nb, path, 1.0, tmp_path / "cache")  # never over stored outputs
+    changed = nbformat.read(path, as_version=4)
+    next(c for c in changed.cells if c.cell_type == "code").source += "\n"
+    with pytest.raises(KeyError):
+        cache.match_cache_notebook(changed)
