@@ -368,3 +368,43 @@ def test_apply_rope_qk_errors():
         apply_rope_qk(q, k, pos, out=(torch.empty_like(q), torch.empty(1, 2, 5, 4)))
     with pytest.raises(ValueError, match="q_out shares memory with its input"):
         apply_rope_qk(q, k, pos, out=(q.view(-1).view(1, 2, 5, 8)[...], torch.empty_like(k)))
+
+
+@pytest.mark.parametrize("layout", ROPE_LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_apply_rope_qk_tiles_cover_every_position(monkeypatch, layout, dtype):
+    """The sequence is rotated tile by tile (posenc.rope.ROPE_TILE_BYTES): with tiles of 8
+    positions, 37 positions take five tiles, the last one short, in every mode."""
+    import posenc.rope
+    from posenc.rope import apply_rope_qk
+
+    monkeypatch.setattr(posenc.rope, "ROPE_TILE_BYTES", 1)
+    g = torch.Generator().manual_seed(3)
+    q, k = (torch.randn(2, 3, 37, 16, generator=g).to(dtype) for _ in range(2))
+    positions = torch.arange(37)[None, None] + torch.tensor([0, 100])[:, None, None]  # (B, 1, T)
+    inv_freq = compute_inv_freq(12, 10000.0)  # partial rotary: 4 features pass through
+    ref = [apply_rope(x, positions, inv_freq=inv_freq, layout=layout) for x in (q, k)]
+    for got in (apply_rope_qk(q, k, positions, inv_freq=inv_freq, layout=layout),
+                apply_rope_qk(q.clone(), k.clone(), positions, inv_freq=inv_freq, layout=layout,
+                              out=(torch.empty_like(q), torch.empty_like(k)))):
+        assert all(_ulps(g_, r) <= 1.0 for g_, r in zip(got, ref))
+    q2, k2 = q.clone(), k.clone()
+    apply_rope_qk(q2, k2, positions, inv_freq=inv_freq, layout=layout, out=(q2, k2))
+    assert _ulps(q2, ref[0]) <= 1.0 and _ulps(k2, ref[1]) <= 1.0
+
+
+def test_apply_rope_qk_on_strided_inputs():
+    """Queries and keys split from one projection are strided views (B, H, T, d_h) of a
+    (B, T, 3, H, d_h) tensor; rotating them in place must write through to it."""
+    from posenc.rope import apply_rope_qk
+
+    qkv = torch.randn(2, 11, 3, 4, 16, generator=torch.Generator().manual_seed(4))
+    q, k, _ = qkv.permute(2, 0, 3, 1, 4)
+    assert not q.is_contiguous()
+    positions = torch.arange(11)
+    ref = apply_rope(q, positions), apply_rope(k, positions)
+    got = apply_rope_qk(q, k, positions)
+    assert _ulps(got[0], ref[0]) <= 1.0 and _ulps(got[1], ref[1]) <= 1.0
+    apply_rope_qk(q, k, positions, out=(q, k))
+    assert _ulps(qkv[:, :, 0].transpose(1, 2), ref[0]) <= 1.0
+    assert _ulps(qkv[:, :, 1].transpose(1, 2), ref[1]) <= 1.0
