@@ -307,21 +307,22 @@ def _rotate_complex_tile(x, out, phase, r):
 
 @functools.lru_cache(maxsize=None)
 def _compiled_rotation(half: bool):
-    """The rotation of :func:`_rotate_pairs_into` as one ``torch.compile``-d
-    element-wise kernel per layout (one compilation per shape): each element of x is
-    read once and written once."""
+    """The rotation as one ``torch.compile``-d element-wise kernel per layout (one
+    compilation per shape): each pair is viewed as an axis of size 2, and
+    ``out = x⊙[cos, cos] + flip(x)⊙[−sin, sin]`` along it, so that Inductor emits a
+    single vectorised loop that reads each element of x once (its partner comes from
+    the same cache line or row) and writes each element of out once."""
+
     def rotate(x, out, cos, sin):
         r = 2 * cos.shape[-1]
-        if half:
-            x1, x2 = x[..., : r // 2], x[..., r // 2 : r]
-            out[..., : r // 2] = x1 * cos - x2 * sin
-            out[..., r // 2 : r] = x2 * cos + x1 * sin
-        else:
-            x1, x2 = x[..., 0:r:2], x[..., 1:r:2]
-            out[..., 0:r:2] = x1 * cos - x2 * sin
-            out[..., 1:r:2] = x2 * cos + x1 * sin
+        pair = -2 if half else -1
+        shape = (2, r // 2) if half else (r // 2, 2)
+        xv = x[..., :r].unflatten(-1, shape)
+        c = torch.stack((cos, cos), dim=pair)
+        s = torch.stack((-sin, sin), dim=pair)
+        out[..., :r].copy_((xv * c + xv.flip(pair) * s).flatten(-2))
         if r < x.shape[-1]:
-            out[..., r:] = x[..., r:]
+            out[..., r:].copy_(x[..., r:])
 
     return torch.compile(rotate, dynamic=False)
 
