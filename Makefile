@@ -75,27 +75,31 @@ slides: $(STAMP) $(ASSETS)
 # cache, which the strict build then reads instead of executing every chapter a third time.
 test: pytest prepare study-check notebooks clean-env-tests strict-book slides site-tests
 
-# The study tier (DESIGN.md): the multi-seed length-generalization study (posenc.study) and the
-# real model's long-context runs (posenc.pretrained_study), too long for every build (about 2.5 h
-# and 50 min on 2 cores), stored in src/posenc/results/ with their provenance.
+# The study tier (DESIGN.md): the multi-seed length-generalization study (posenc.study), the
+# real model's long-context runs (posenc.pretrained_study) and the tiny ViT's digits runs
+# (posenc.vit), too long for every build (about 2.5 h, 50 min and 5 min on 2 cores), stored in
+# src/posenc/results/ with their provenance.
 # `make study` computes what is missing (resumable, one file per run); the book build fails when
 # the stored results do not cover the current grid (study-verify), and `make test` also reruns a
 # sample from scratch and requires the stored values back within a tolerance (study-check).
 study: $(STAMP)
 	$(BIN)/python -m posenc.study
 	$(BIN)/python -m posenc.pretrained_study
+	$(BIN)/python -m posenc.vit
 
 study-verify: $(STAMP)
 	$(BIN)/python -m posenc.study --verify
 	$(BIN)/python -m posenc.pretrained_study --verify
+	$(BIN)/python -m posenc.vit --verify
 
 study-check: $(STAMP)
 	$(BIN)/python -m posenc.study --check
 	$(BIN)/python -m posenc.pretrained_study --check
+	$(BIN)/python -m posenc.vit --check
 
 # The benchmarks of the chapter "The cost of positions" (python -m posenc.bench), stored with
-# their provenance in src/posenc/results/bench/cpu.json. They use every core (the command sets
-# torch's threads itself): run them on an otherwise idle machine.
+# their provenance in src/posenc/results/bench/cpu.json, with one torch thread (BENCH_CONFIG):
+# run them on an otherwise idle machine.
 bench: $(STAMP)
 	$(BIN)/python -m posenc.bench --save
 

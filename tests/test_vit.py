@@ -1,11 +1,14 @@
 """The tiny ViT and its 2-D position schemes (posenc.vit)."""
 
+import json
+
 import pytest
 import torch
 
-from posenc.sinusoidal import sinusoidal_encoding
-from posenc.train import TrainConfig
 from posenc import vit
+from posenc.sinusoidal import sinusoidal_encoding
+from posenc.study import StaleResultsError
+from posenc.train import TrainConfig
 from posenc.vit import (
     VIT_SCHEMES,
     TinyViT,
@@ -247,6 +250,138 @@ def test_a_missing_run_is_refused_when_the_build_requires_the_cache(
 ):
     monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("POSENC_REQUIRE_CACHED", "1")
-    with pytest.raises(vit.NotCachedError, match="make prepare"):
+    with pytest.raises(vit.NotCachedError, match="load_digits_results"):
         vit.digits_experiment(schemes=("none",), seeds=(0,), steps=2, device="cpu")
     assert not (tmp_path / "vit").exists() or not any((tmp_path / "vit").iterdir())
+
+
+# --- the stored study (the study tier) ------------------------------------------------
+
+
+def test_the_stored_study_covers_the_grid_with_its_provenance():
+    records = vit.load_digits_records()
+    runs = vit.digits_study_runs()
+    assert len(records) == len(runs) == 12
+    files = {p.name for p in vit.digits_results_dir().glob("*.json")}
+    assert files == {vit._file_name(r) for r in runs}  # nothing stale left beside
+    for run, record in zip(runs, records, strict=True):
+        # the key is the hash of the stored configuration, and the current code's
+        assert record["key"] == vit._run_key(record["config"]) == run.key()
+        assert record["run"] == {
+            "scheme": run.config.scheme,
+            "seed": run.train_config.seed,
+        }
+        assert {(r["scheme"], r["seed"]) for r in record["rows"]} == {
+            (run.config.scheme, run.train_config.seed)
+        }
+        assert record["provenance"].keys() >= {
+            "posenc", "torch", "python", "cpu", "threads", "date", "train_seconds"
+        }
+    rows = vit.load_digits_results()
+    assert rows == [row for record in records for row in record["rows"]]
+    assert {(r["scheme"], r["seed"]) for r in rows} == {
+        (s, seed) for s in vit.VIT_DIGITS["schemes"] for seed in vit.VIT_DIGITS["seeds"]
+    }
+    assert {r["grid"] for r in rows} == {8, 16}  # patch_size 1: one pixel per token
+
+
+def test_the_chapter_reads_the_stored_study_and_not_the_cache(tmp_path, monkeypatch):
+    """What the book build does: an empty run cache, training refused."""
+    monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("POSENC_REQUIRE_CACHED", "1")
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the chapter's results must not be trained")
+
+    monkeypatch.setattr(vit, "_run_one", no_training)
+    rows = vit.load_digits_results()
+    assert len(rows) == 30 and not any(tmp_path.iterdir())
+    # the cache-backed experiment, by contrast, would need a cached run here
+    with pytest.raises(vit.NotCachedError):
+        digits_experiment(**vit.VIT_DIGITS, device="cpu")
+
+
+@pytest.mark.parametrize(
+    "change, missing",
+    [
+        (("VIT_DIGITS", {**vit.VIT_DIGITS, "steps": 401}), "12 of 12 runs"),
+        (("VIT_DIGITS", {**vit.VIT_DIGITS, "seeds": (0, 1, 2, 3)}), "4 of 16 runs"),
+        (("VIT_CACHE_VERSION", vit.VIT_CACHE_VERSION + 1), "12 of 12 runs"),
+    ],
+)
+def test_a_changed_configuration_makes_the_stored_study_stale(
+    change, missing, monkeypatch, capsys
+):
+    monkeypatch.setattr(vit, *change)
+    with pytest.raises(StaleResultsError, match=rf"{missing}.*make study"):
+        vit.load_digits_results()
+    assert vit.main(["--verify"]) == 1
+    assert "python -m posenc.vit" in capsys.readouterr().err
+    assert len(vit.load_digits_records(strict=False)) == (12 if "16" in missing else 0)
+
+
+@pytest.fixture
+def tiny_study(tmp_path, monkeypatch):
+    """A two-run study of a tiny model in a private folder: seconds to compute."""
+    folder = tmp_path / "vit_digits"
+    monkeypatch.setattr(vit, "digits_results_dir", lambda: folder)
+    monkeypatch.setattr(
+        vit,
+        "VIT_DIGITS",
+        {
+            "schemes": ("none", "rope_2d"),
+            "seeds": (0,),
+            "patch_size": 2,
+            "steps": 5,
+            "batch_size": 16,
+            "d_model": 16,
+            "num_heads": 2,
+            "num_layers": 1,
+        },
+    )
+    monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path / "cache"))
+    # the Makefile sets it for the build; the study trains anyway (it never reads it)
+    monkeypatch.delenv("POSENC_REQUIRE_CACHED", raising=False)
+    return folder
+
+
+def test_the_study_computes_what_is_missing_and_resumes(tiny_study, one_thread):
+    with pytest.raises(StaleResultsError, match="2 of 2 runs"):
+        vit.load_digits_records()
+    assert vit.run_digits_study(workers=0, progress=False)["computed"] == 2
+    first = vit.load_digits_records()
+    assert [r["run"]["scheme"] for r in first] == ["none", "rope_2d"]
+    assert first[1]["provenance"]["threads"] == 1
+    assert vit.run_digits_study(workers=0, progress=False)["computed"] == 0
+    # a run lost (or made stale) is recomputed alone, to the same accuracies; a file
+    # that left the grid is deleted
+    (path,) = tiny_study.glob("rope_2d-*.json")
+    path.unlink()
+    (tiny_study / "none-s9-0123456789abcdef0123.json").write_text('{"key": "old"}')
+    with pytest.raises(StaleResultsError, match=r"1 of 2 runs.*rope_2d seed 0"):
+        vit.load_digits_records()
+    assert vit.run_digits_study(workers=0, progress=False)["computed"] == 1
+    again = vit.load_digits_records()
+    assert sorted(p.name for p in tiny_study.glob("*.json")) == sorted(
+        vit._file_name(r) for r in vit.digits_study_runs()
+    )
+    accuracies = [[row["accuracy"] for row in r["rows"]] for r in first]
+    assert [[row["accuracy"] for row in r["rows"]] for r in again] == accuracies
+    assert [r["grid"] for r in vit.load_digits_results()] == [4, 8, 4, 8, 8]
+
+
+def test_the_check_retrains_a_run_and_catches_a_changed_value(
+    tiny_study, one_thread, capsys
+):
+    vit.run_digits_study(workers=0, progress=False)
+    rows = vit.reproduce_digits()  # CHECK_RUNS: rope_2d seed 0
+    assert [r["resolution"] for r in rows] == ["8x8", "16x16", "16x16 scaled"]
+    assert all(r["ok"] and r["difference"] == 0 for r in rows)
+    with pytest.raises(ValueError, match="not a"):
+        vit.reproduce_digits(sample=[("learned", 0)])
+    (path,) = tiny_study.glob("rope_2d-*.json")
+    record = json.loads(path.read_text())
+    record["rows"][1]["accuracy"] += 2 * vit.CHECK_TOLERANCE
+    path.write_text(json.dumps(record))
+    assert vit.main(["--check"]) == 1
+    assert "NOT REPRODUCED" in capsys.readouterr().out

@@ -3,12 +3,12 @@
 ``python -m posenc.prepare`` (run first by ``make book`` and ``make test``) trains each
 run of :func:`posenc.experiments.book_runs` that is not yet in the cache, one process
 per run and as many processes as there are cores, each with a fixed number of torch
-threads, and shows one progress bar over the runs. Then it runs the tiny-ViT digits
-experiment of the chapter "RoPE variants in today's models" (:data:`VIT_DIGITS`,
-:func:`prepare_vit`), whose runs :mod:`posenc.vit` caches under ``cache_dir()/vit``.
-Training thus never happens inside a notebook cell, where a cell timeout or a busy
-machine could decide whether the book builds; the chapters load the cached weights
-(and the cached ViT accuracies, through :func:`vit_digits`).
+threads, and shows one progress bar over the runs. Training thus never happens inside
+a notebook cell, where a cell timeout or a busy machine could decide whether the book
+builds; the chapters load the cached weights. Multi-seed experiments are not trained
+here: they are the study tier (DESIGN.md), stored in the repository and computed by
+``make study`` (:mod:`posenc.study`, :mod:`posenc.pretrained_study`, and the tiny-ViT
+digits runs of :mod:`posenc.vit`, which this step trained until it moved there).
 
 Why one thread per process: torch's intra-op threads (OpenMP) spin-wait on each other,
 and slow down many times over as soon as another program takes a core. Measured with
@@ -34,14 +34,8 @@ from dataclasses import replace
 
 import torch
 
-from . import vit
 from .experiments import SCALES, BookRun, book_runs, experiment_config
 from .train import REQUIRE_CACHED_ENV, cache_dir, cache_key, tqdm
-
-VIT_DIGITS = {"schemes": vit.VIT_SCHEMES, "seeds": (0, 1, 2), "patch_size": 1}
-"""The arguments of the chapter's ``posenc.vit.digits_experiment(**VIT_DIGITS)``
-(book/rope_variants.ipynb): every 2-D scheme, three seeds, one pixel per token, so
-that the 16 × 16 test images change the positions and not what a token holds."""
 
 
 def run_key(run: BookRun, corpus, scale: str) -> str:
@@ -189,80 +183,6 @@ def prepare(
     return seconds
 
 
-def vit_digits(*, require_cached: bool | None = None, device=None) -> list[dict]:
-    """The rows of ``posenc.vit.digits_experiment(**VIT_DIGITS)``, as the chapter
-    reads them: from the cache; under ``POSENC_REQUIRE_CACHED=1`` (the book build) a
-    missing run raises :class:`posenc.vit.NotCachedError` instead of training inside a
-    cell.
-
-    Args:
-        require_cached: refuse to train; default: ``POSENC_REQUIRE_CACHED == "1"``.
-        device: passed to ``digits_experiment`` (default: :func:`posenc.get_device`).
-
-    Returns:
-        ``digits_experiment``'s rows (one per scheme, seed and resolution).
-    """
-    return vit.digits_experiment(
-        **VIT_DIGITS, device=device, require_cached=require_cached
-    )
-
-
-def missing_vit_runs() -> list[tuple[str, int]]:
-    """The (scheme, seed) runs of :data:`VIT_DIGITS` not yet in ``cache_dir()/vit``."""
-    missing = []
-    for scheme in VIT_DIGITS["schemes"]:
-        for seed in VIT_DIGITS["seeds"]:
-            one = {**VIT_DIGITS, "schemes": (scheme,), "seeds": (seed,)}
-            try:
-                vit.digits_experiment(**one, device="cpu", require_cached=True)
-            except vit.NotCachedError:
-                missing.append((scheme, seed))
-    return missing
-
-
-def _train_vit_one(scheme: str, seed: int, device: str) -> tuple[str, float]:
-    start = time.perf_counter()
-    one = {**VIT_DIGITS, "schemes": (scheme,), "seeds": (seed,)}
-    vit.digits_experiment(**one, device=device, require_cached=False)
-    return f"vit {scheme} seed {seed}", time.perf_counter() - start
-
-
-def prepare_vit(
-    *,
-    workers: int | None = None,
-    device: str = "cpu",
-    progress: bool = True,
-) -> dict[str, float]:
-    """Run the missing (scheme, seed) runs of :data:`VIT_DIGITS` in parallel processes
-    (one torch thread each); :mod:`posenc.vit` caches each run's accuracies.
-
-    Args:
-        workers: processes; default the number of usable cores (1 on a GPU device).
-        device: where to train. progress: one tqdm bar over the runs.
-
-    Returns:
-        ``{run label: wall seconds}`` for the runs trained now (empty when cached).
-
-    Raises:
-        ValueError: workers < 1.
-    """
-    workers = _workers(workers, device)
-    todo = missing_vit_runs()
-    if not todo:
-        return {}
-    seconds: dict[str, float] = {}
-    bar = _progress_bar(len(todo), "tiny ViT on digits", progress)
-    with worker_pool(workers, 1) as pool:
-        futures = [pool.submit(_train_vit_one, s, seed, device) for s, seed in todo]
-        for future in futures:
-            label, secs = future.result()
-            seconds[label] = secs
-            bar.update(1)
-            bar.set_postfix_str(f"{label}: {secs:.0f} s")
-    bar.close()
-    return seconds
-
-
 def _time_steps(args: tuple[str, int, int]) -> float:
     from .data import load_stdlib_corpus
     from .train import train
@@ -334,11 +254,6 @@ def main(argv: list[str] | None = None) -> int:
                 f"{'missing' if run in missing else 'cached ':8} "
                 f"{run_key(run, corpus, args.scale)}  {run.label}"
             )
-        missing_vit = set(missing_vit_runs())
-        for scheme in VIT_DIGITS["schemes"]:
-            for seed in VIT_DIGITS["seeds"]:
-                state = "missing" if (scheme, seed) in missing_vit else "cached "
-                print(f"{state:8} vit digits {scheme} seed {seed}")
         return 0
     start = time.perf_counter()
     seconds = prepare(
@@ -355,16 +270,6 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:
         print(f"every run of the book is cached in {cache_dir()}")
-    start = time.perf_counter()
-    vit_seconds = prepare_vit(workers=args.workers, device=args.device)
-    if vit_seconds:
-        wall = time.perf_counter() - start
-        print(
-            f"tiny ViT on digits: {len(vit_seconds)} runs in {wall:.0f} s wall; "
-            f"results in {cache_dir() / 'vit'}"
-        )
-    else:
-        print(f"every tiny ViT run of the book is cached in {cache_dir() / 'vit'}")
     return 0
 
 

@@ -25,9 +25,25 @@ al. 2022 ("Better plain ViT baselines for ImageNet-1k", arXiv:2205.01580) use wi
 :func:`digits_experiment` trains the model on scikit-learn's 8 × 8 digits and tests it
 at 8 × 8 and at 16 × 16 (nearest-neighbour upsampling: an 8 × 8 grid of patches, grid
 positions 4 … 7 unseen), with integer positions and with positions scaled back into
-the training range. ``python -m posenc.vit`` runs it and prints the table;
-``--patch-size 1`` keeps every token a single pixel at both resolutions, so that the
-unseen resolution changes the positions and not what a token contains.
+the training range; ``patch_size=1`` keeps every token a single pixel at both
+resolutions, so that the unseen resolution changes the positions and not what a token
+contains.
+
+The book's runs (:data:`VIT_DIGITS`: four schemes × three seeds, one pixel per token)
+are the study tier (DESIGN.md): too long for every build, they are stored in the
+repository, one JSON file per run in ``src/posenc/results/vit_digits/`` keyed by a hash
+of its configuration, with its provenance (versions, CPU, threads, date, seconds), and
+
+* ``python -m posenc.vit`` (``make study``) computes the runs that are missing
+  (resumable) and prints the table;
+* :func:`load_digits_results` returns the stored rows, and raises
+  :class:`posenc.study.StaleResultsError` when they do not cover the current grid
+  (``python -m posenc.vit --verify``, which ``make book`` runs);
+* ``python -m posenc.vit --check`` (``make test``) retrains :data:`CHECK_RUNS` from
+  scratch and requires the stored accuracies back within :data:`CHECK_TOLERANCE`.
+
+``python -m posenc.vit --explore [--patch-size 2 ...]`` runs one's own experiment
+(cached under ``cache_dir()/vit``, not stored).
 
 The training loop is :func:`posenc.train.fit`, the package's one loop: the classifier
 is wrapped to look like a sequence model with one output token (logits (B, 1, C),
@@ -41,8 +57,12 @@ import hashlib
 import json
 import math
 import os
+import sys
 import time
+from concurrent.futures import FIRST_COMPLETED, wait
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -52,7 +72,8 @@ from ._checks import check_base, check_choice, check_int
 from .attention import attention_reference, attention_sdpa
 from .rope import apply_rope_2d, check_axis_positions
 from .sinusoidal import SINUSOIDAL_LAYOUTS, sinusoidal_encoding
-from .train import REQUIRE_CACHED_ENV, TrainConfig, cache_dir, fit
+from .study import StaleResultsError, _provenance, results_dir
+from .train import REQUIRE_CACHED_ENV, TrainConfig, cache_dir, fit, tqdm
 from .utils import get_device, seed_everything
 
 #: The position schemes of the tiny ViT, by name.
@@ -699,6 +720,8 @@ RESOLUTIONS = (
     ("16x16", 2, False),
     ("16x16 scaled", 2, True),
 )
+#: The side of scikit-learn's digits, the training images (8 × 8 pixels).
+DIGITS_SIZE = 8
 
 
 def _run_key(payload: dict) -> str:
@@ -706,7 +729,103 @@ def _run_key(payload: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-def _run_one(config, train_config, data, upsample_mode, device, progress):
+@dataclass
+class DigitsRun:
+    """One (scheme, seed) run of :func:`digits_experiment`: everything its results
+    depend on.
+
+    Attributes:
+        config: the model. train_config: its training, the seed included.
+        test_fraction: the held-out share of the digits. upsample_mode: how the test
+            images are enlarged.
+    """
+
+    config: ViTConfig
+    train_config: TrainConfig
+    test_fraction: float = 0.2
+    upsample_mode: str = "nearest"
+
+    def payload(self) -> dict:
+        """What the run's key hashes; stored with the study's results."""
+        return {
+            "version": VIT_CACHE_VERSION,
+            "model": asdict(self.config),
+            "train": asdict(self.train_config),
+            "data": ["sklearn-digits", self.test_fraction, self.upsample_mode],
+            "resolutions": RESOLUTIONS,
+        }
+
+    def key(self) -> str:
+        """A stable hash of :meth:`payload` (20 hex digits)."""
+        return _run_key(self.payload())
+
+    @property
+    def label(self) -> str:
+        return f"{self.config.scheme} seed {self.train_config.seed}"
+
+
+def digits_runs(
+    schemes=VIT_SCHEMES,
+    seeds=(0, 1, 2),
+    *,
+    steps: int = 400,
+    batch_size: int = 64,
+    lr: float = 3e-3,
+    patch_size: int = 2,
+    d_model: int = 64,
+    num_heads: int = 4,
+    num_layers: int = 2,
+    upsample_mode: str = "nearest",
+    test_fraction: float = 0.2,
+) -> list[DigitsRun]:
+    """The runs :func:`digits_experiment` makes with these arguments (the same
+    meaning), scheme by scheme and then seed by seed.
+
+    Raises:
+        ValueError / TypeError: unknown scheme or upsample_mode; bad sizes or seeds.
+    """
+    schemes = [check_choice("scheme", s, VIT_SCHEMES) for s in schemes]
+    seeds = [check_int("seed", s, minimum=0) for s in seeds]
+    upsample_mode = check_choice(
+        "upsample_mode", upsample_mode, ("nearest", "bilinear")
+    )
+    runs = []
+    for scheme in schemes:
+        config = ViTConfig(
+            scheme=scheme,
+            image_size=DIGITS_SIZE,
+            patch_size=patch_size,
+            d_model=d_model,
+            num_heads=num_heads,
+            num_layers=num_layers,
+        )
+        for seed in seeds:
+            train_config = TrainConfig(
+                seq_len=config.grid[0] * config.grid[1],
+                batch_size=batch_size,
+                steps=steps,
+                lr=lr,
+                warmup_steps=max(1, steps // 10),
+                seed=seed,
+            )
+            runs.append(DigitsRun(config, train_config, test_fraction, upsample_mode))
+    return runs
+
+
+@contextmanager
+def _torch_threads(device: torch.device, num_threads: int | None):
+    """torch's CPU threads set to ``num_threads`` (None: left) and restored after."""
+    threads = torch.get_num_threads()
+    if device.type == "cpu" and num_threads is not None:
+        torch.set_num_threads(check_int("num_threads", num_threads, minimum=1))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_one(run: DigitsRun, data, device, progress) -> list[dict]:
+    config, train_config = run.config, run.train_config
     x_train, y_train, x_test, y_test = data
     model, losses, seconds = train_vit(
         config, train_config, x_train, y_train, device=device, progress=progress
@@ -715,7 +834,7 @@ def _run_one(config, train_config, data, upsample_mode, device, progress):
     for name, factor, scaled in RESOLUTIONS:
         if scaled and config.scheme not in CONTINUOUS_SCHEMES:
             continue  # "none" has no positions; "learned" is already resized in (b)
-        images = upsample(x_test, factor, upsample_mode) if factor > 1 else x_test
+        images = upsample(x_test, factor, run.upsample_mode) if factor > 1 else x_test
         grid = images.shape[-1] // config.patch_size
         positions = grid_positions(grid, grid)
         if scaled:
@@ -775,7 +894,9 @@ def digits_experiment(
     ``"16x16"`` columns isolate the positions (an 8 × 8 grid trained, 16 × 16 tested).
 
     Each run is cached on disk (:func:`posenc.train.cache_dir` / ``vit``), keyed by
-    its full configuration, so a second call reads the accuracies back.
+    its full configuration (:meth:`DigitsRun.key`), so a second call reads the
+    accuracies back. The book's runs (:data:`VIT_DIGITS`) are not read from this
+    cache: they are stored in the repository (:func:`load_digits_results`).
 
     Args:
         schemes: names from :data:`VIT_SCHEMES`. seeds: training seeds (≥ 0).
@@ -802,50 +923,27 @@ def digits_experiment(
     """
     if require_cached is None:
         require_cached = os.environ.get(REQUIRE_CACHED_ENV) == "1"
-    schemes = [check_choice("scheme", s, VIT_SCHEMES) for s in schemes]
-    seeds = [check_int("seed", s, minimum=0) for s in seeds]
-    upsample_mode = check_choice(
-        "upsample_mode", upsample_mode, ("nearest", "bilinear")
+    runs = digits_runs(
+        schemes,
+        seeds,
+        steps=steps,
+        batch_size=batch_size,
+        lr=lr,
+        patch_size=patch_size,
+        d_model=d_model,
+        num_heads=num_heads,
+        num_layers=num_layers,
+        upsample_mode=upsample_mode,
+        test_fraction=test_fraction,
     )
     device = torch.device(device) if device is not None else get_device()
     data = load_digits_split(test_fraction)
     rows: list[dict] = []
-    threads = torch.get_num_threads()
-    if device.type == "cpu" and num_threads is not None:
-        torch.set_num_threads(check_int("num_threads", num_threads, minimum=1))
-    try:
-        for scheme in schemes:
-            config = ViTConfig(
-                scheme=scheme,
-                image_size=data[0].shape[-1],
-                patch_size=patch_size,
-                d_model=d_model,
-                num_heads=num_heads,
-                num_layers=num_layers,
+    with _torch_threads(device, num_threads):
+        for run in runs:
+            rows.extend(
+                _cached_run(run, data, device, use_cache, progress, require_cached)
             )
-            for seed in seeds:
-                train_config = TrainConfig(
-                    seq_len=config.grid[0] * config.grid[1],
-                    batch_size=batch_size,
-                    steps=steps,
-                    lr=lr,
-                    warmup_steps=max(1, steps // 10),
-                    seed=seed,
-                )
-                rows.extend(
-                    _cached_run(
-                        config,
-                        train_config,
-                        data,
-                        (test_fraction, upsample_mode),
-                        device,
-                        use_cache,
-                        progress,
-                        require_cached,
-                    )
-                )
-    finally:
-        torch.set_num_threads(threads)
     return rows
 
 
@@ -853,36 +951,26 @@ class NotCachedError(RuntimeError):
     """A run of :func:`digits_experiment` is not cached and training is refused."""
 
 
-def _cached_run(
-    config, train_config, data, data_key, device, use_cache, progress, require_cached
-):
+def _cached_run(run, data, device, use_cache, progress, require_cached):
     """One (scheme, seed) run's rows, from ``cache_dir()/vit`` when stored."""
-    key = _run_key(
-        {
-            "version": VIT_CACHE_VERSION,
-            "model": asdict(config),
-            "train": asdict(train_config),
-            "data": ["sklearn-digits", *data_key],
-            "resolutions": RESOLUTIONS,
-        }
-    )
-    path = cache_dir() / "vit" / f"{config.scheme}-{key}.json"
+    path = cache_dir() / "vit" / f"{run.config.scheme}-{run.key()}.json"
     if use_cache and path.exists():
         return json.loads(path.read_text())
     if require_cached:
         raise NotCachedError(
-            f"{REQUIRE_CACHED_ENV}=1 and the tiny ViT run (scheme {config.scheme!r}, "
-            f"seed {train_config.seed}) is not in {path.parent}: the build runs the "
-            "chapter's digits experiment before the notebooks; run `make prepare` "
-            "(python -m posenc.prepare)"
+            f"{REQUIRE_CACHED_ENV}=1 and the tiny ViT run ({run.label}) is not in "
+            f"{path.parent}: a notebook cell must not train. The book's runs are "
+            "stored in the repository: read them with posenc.vit.load_digits_results "
+            "(computed by `make study`, python -m posenc.vit); to train this run, "
+            f"call digits_experiment without {REQUIRE_CACHED_ENV}=1"
         )
-    run = _run_one(config, train_config, data, data_key[1], device, progress)
+    run_rows = _run_one(run, data, device, progress)
     if use_cache:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(run, indent=1))
+        tmp.write_text(json.dumps(run_rows, indent=1))
         os.replace(tmp, path)
-    return run
+    return run_rows
 
 
 def results_table(rows: list[dict], confidence: float = 0.95) -> str:
@@ -913,40 +1001,362 @@ def results_table(rows: list[dict], confidence: float = 0.95) -> str:
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------------------
+# The stored study (the study tier)
+# --------------------------------------------------------------------------------------
+
+VIT_DIGITS = {"schemes": VIT_SCHEMES, "seeds": (0, 1, 2), "patch_size": 1}
+"""The book's runs, ``digits_experiment(**VIT_DIGITS)`` (book/rope_variants.ipynb):
+every 2-D scheme, three seeds, one pixel per token, so that the 16 × 16 test images
+change the positions and not what a token holds. Twelve runs of about 30 s each on
+one core: too long for every build, so they are stored in the repository
+(:func:`run_digits_study`) and the chapter reads them (:func:`load_digits_results`)."""
+
+#: The stored study's folder under ``src/posenc/results/``.
+DIGITS_STUDY = "vit_digits"
+
+#: What ``--check`` retrains from scratch: one run, (scheme, seed). ``rope_2d`` costs
+#: what ``"none"`` costs (28 s on one core) and is the robust one (see below).
+CHECK_RUNS = (("rope_2d", 0),)
+
+#: How far a retrained run's accuracies (proportions of the 360 test digits) may lie
+#: from the stored ones. On one CPU and one torch build, on one thread, training is
+#: deterministic and reproduces exactly (measured: difference 0, final loss equal, for
+#: ``"none"`` seeds 0 and 1 and ``"rope_2d"`` seed 0). Another CPU's kernels sum in
+#: another order; two torch threads instead of one do the same, and moved no accuracy
+#: of ``rope_2d`` (seeds 0, 1, 2), ``sinusoidal_2d`` or ``learned`` (seed 0), their
+#: final losses by at most 2e-4, but ``"none"``'s seed 0 by 0.022 (8 digits): without
+#: positions the model is barely trained (23 % accuracy) and sits on a knife edge, so
+#: the check retrains ``rope_2d``. 0.02 is 7 test digits.
+CHECK_TOLERANCE = 0.02
+
+
+def digits_results_dir() -> Path:
+    """Where the stored study lives: ``src/posenc/results/vit_digits/`` (package data,
+    so an installed posenc carries it)."""
+    return results_dir(DIGITS_STUDY)
+
+
+def digits_study_runs() -> list[DigitsRun]:
+    """Every run of the stored study: :func:`digits_runs` of :data:`VIT_DIGITS`."""
+    return digits_runs(**VIT_DIGITS)
+
+
+def _file_name(run: DigitsRun) -> str:
+    return f"{run.config.scheme}-s{run.train_config.seed}-{run.key()}.json"
+
+
+def _stored_digits() -> dict[str, dict]:
+    """``{key: record}`` of every file in :func:`digits_results_dir`."""
+    records = {}
+    for path in sorted(digits_results_dir().glob("*.json")):
+        record = json.loads(path.read_text())
+        records[record.get("key", path.stem)] = record
+    return records
+
+
+def execute_digits_run(
+    run: DigitsRun, *, device: torch.device | str = "cpu", num_threads: int | None = 1
+) -> dict:
+    """Train and score one run from scratch (no cache): the record the study stores.
+
+    Returns:
+        ``{"key", "run": {"scheme", "seed"}, "config": run.payload(), "rows":
+        digits_experiment's rows, "provenance": versions, CPU, threads, date, device,
+        train_seconds, wall_seconds}``.
+    """
+    device = torch.device(device)
+    start = time.perf_counter()
+    data = load_digits_split(run.test_fraction)
+    with _torch_threads(device, num_threads):
+        rows = _run_one(run, data, device, progress=False)
+        provenance = _provenance()  # inside: it records the threads used
+    return {
+        "key": run.key(),
+        "run": {"scheme": run.config.scheme, "seed": run.train_config.seed},
+        "config": run.payload(),
+        "rows": rows,
+        "provenance": {
+            **provenance,
+            "device": str(device),
+            "train_seconds": round(rows[0]["train_seconds"], 2),
+            "wall_seconds": round(time.perf_counter() - start, 2),
+        },
+    }
+
+
+def _store(record: dict, folder: Path, name: str) -> None:
+    path = folder / name
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def _execute_in_worker(run: DigitsRun, device: str) -> dict:
+    return execute_digits_run(run, device=device)
+
+
+def run_digits_study(
+    *, workers: int | None = None, device: str = "cpu", progress: bool = True
+) -> dict:
+    """Compute the runs of the study that are not stored (resumable: one file per
+    run, written when the run ends), then delete stored files that left the grid.
+
+    Args:
+        workers: processes, one torch thread each (default: usable cores, at most
+            one per missing run; 1 on a GPU; 0 runs every run in this process).
+        device: where to train. progress: a tqdm bar over the runs.
+
+    Returns:
+        ``{"runs": runs in the grid, "computed": runs computed now, "wall_seconds":
+        for those}``.
+    """
+    from .prepare import worker_pool
+
+    folder = digits_results_dir()
+    runs = digits_study_runs()
+    stored = _stored_digits()
+    todo = [r for r in runs if r.key() not in stored]
+    start = time.perf_counter()
+    if todo:
+        folder.mkdir(parents=True, exist_ok=True)
+        if workers is None:
+            workers = 1 if device != "cpu" else len(os.sched_getaffinity(0))
+            workers = min(workers, len(todo))
+        bar = tqdm(
+            total=len(todo),
+            desc="tiny ViT on digits",
+            unit="run",
+            file=sys.stdout,
+            disable=not progress,
+        )
+
+        def store(run: DigitsRun, record: dict) -> None:
+            _store(record, folder, _file_name(run))
+            bar.update(1)
+            bar.set_postfix_str(
+                f"{run.label}: {record['provenance']['wall_seconds']:.0f} s"
+            )
+
+        if workers == 0:
+            for run in todo:
+                store(run, execute_digits_run(run, device=device))
+        else:
+            with worker_pool(workers, 1) as pool:
+                futures = {pool.submit(_execute_in_worker, r, device): r for r in todo}
+                while futures:
+                    done, _ = wait(futures, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        store(futures.pop(future), future.result())
+        bar.close()
+    keep = {_file_name(r) for r in runs}
+    for path in folder.glob("*.json") if folder.exists() else ():
+        if path.name not in keep:
+            path.unlink()
+    return {
+        "runs": len(runs),
+        "computed": len(todo),
+        "wall_seconds": time.perf_counter() - start if todo else 0.0,
+    }
+
+
+def load_digits_records(*, strict: bool = True) -> list[dict]:
+    """The stored record of every run of the study (:func:`execute_digits_run`), in
+    the order of :func:`digits_study_runs`.
+
+    Args:
+        strict: raise when a run of the grid is not stored; False returns those
+            that are.
+
+    Raises:
+        posenc.study.StaleResultsError: a run of the grid has no stored result for
+            the current configuration (:data:`VIT_DIGITS`, a default of
+            :func:`digits_experiment`, :data:`VIT_CACHE_VERSION` or
+            :data:`RESOLUTIONS` changed); the message names the runs and the command
+            that computes them.
+    """
+    stored = _stored_digits()
+    runs = digits_study_runs()
+    missing = [r for r in runs if r.key() not in stored]
+    if missing and strict:
+        names = ", ".join(r.label for r in missing[:6])
+        raise StaleResultsError(
+            f"the stored tiny-ViT digits study is stale: {len(missing)} of {len(runs)} "
+            f"runs have no stored result for the current configuration ({names}"
+            f"{', ...' if len(missing) > 6 else ''}) in {digits_results_dir()}; run "
+            "`make study` (python -m posenc.vit)"
+        )
+    return [stored[r.key()] for r in runs if r.key() in stored]
+
+
+def load_digits_results(*, strict: bool = True) -> list[dict]:
+    """The stored rows of ``digits_experiment(**VIT_DIGITS)``, as it would return
+    them (one dict per scheme, seed and resolution), without training or a cache:
+    what the chapter "RoPE variants in today's models" reads.
+
+    Raises:
+        posenc.study.StaleResultsError: as :func:`load_digits_records`.
+    """
+    return [
+        row for record in load_digits_records(strict=strict) for row in record["rows"]
+    ]
+
+
+def reproduce_digits(
+    *, sample=None, device: str = "cpu", threads: int = 1
+) -> list[dict]:
+    """Retrain the runs of ``sample`` ((scheme, seed) pairs; default
+    :data:`CHECK_RUNS`) from scratch and compare every accuracy with the stored one.
+
+    ``threads`` > 1 changes the order of floating-point reductions, as another CPU's
+    kernels do: how :data:`CHECK_TOLERANCE` was measured.
+
+    Returns:
+        One dict per compared accuracy: run, resolution, stored, recomputed,
+        difference, tolerance, ok, and the run's final_loss_difference.
+
+    Raises:
+        posenc.study.StaleResultsError: the stored study does not cover the grid.
+        ValueError: a pair of ``sample`` is not a run of the grid.
+    """
+    records = {r["key"]: r for r in load_digits_records()}
+    runs = {(r.config.scheme, r.train_config.seed): r for r in digits_study_runs()}
+    out = []
+    for pair in CHECK_RUNS if sample is None else sample:
+        if tuple(pair) not in runs:
+            raise ValueError(f"{pair} is not a (scheme, seed) run of the study")
+        run = runs[tuple(pair)]
+        stored = {r["resolution"]: r for r in records[run.key()]["rows"]}
+        fresh = execute_digits_run(run, device=device, num_threads=threads)
+        for row in fresh["rows"]:
+            old = stored[row["resolution"]]
+            diff = row["accuracy"] - old["accuracy"]
+            out.append(
+                {
+                    "run": run.label,
+                    "resolution": row["resolution"],
+                    "stored": old["accuracy"],
+                    "recomputed": row["accuracy"],
+                    "difference": diff,
+                    "tolerance": CHECK_TOLERANCE,
+                    "ok": abs(diff) <= CHECK_TOLERANCE,
+                    "final_loss_difference": row["final_loss"] - old["final_loss"],
+                }
+            )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m posenc.vit``: run :func:`digits_experiment` and print the table."""
+    """``python -m posenc.vit``: the stored study (compute, ``--verify``,
+    ``--check``, ``--list``), or ``--explore`` one's own digits experiment."""
     parser = argparse.ArgumentParser(
         prog="python -m posenc.vit",
         description="Tiny ViT on 8×8 digits: 2-D position schemes at an unseen "
-        "resolution.",
+        "resolution. Without options: compute the stored study's missing runs "
+        "(src/posenc/results/vit_digits/, make study) and print its table.",
     )
-    parser.add_argument("--schemes", nargs="+", default=list(VIT_SCHEMES))
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=400)
-    parser.add_argument("--patch-size", type=int, default=2)
     parser.add_argument(
-        "--upsample", choices=("nearest", "bilinear"), default="nearest"
+        "--verify",
+        action="store_true",
+        help="fail if the stored runs do not cover the current grid (stale), and exit",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="--verify, then retrain CHECK_RUNS from scratch and compare",
+    )
+    parser.add_argument(
+        "--list", action="store_true", help="list the grid and which runs are stored"
+    )
+    parser.add_argument(
+        "--workers", type=int, default=None, help="processes (default: usable cores)"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads of --check (default 1)"
     )
     parser.add_argument("--device", default=None)
-    parser.add_argument("--no-cache", action="store_true")
+    explore = parser.add_argument_group(
+        "exploring",
+        "--explore: run digits_experiment with these arguments (cached "
+        "in cache_dir()/vit, not stored) and print its table",
+    )
+    explore.add_argument("--explore", action="store_true")
+    explore.add_argument("--schemes", nargs="+", default=list(VIT_SCHEMES))
+    explore.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    explore.add_argument("--steps", type=int, default=400)
+    explore.add_argument("--patch-size", type=int, default=2)
+    explore.add_argument(
+        "--upsample", choices=("nearest", "bilinear"), default="nearest"
+    )
+    explore.add_argument("--no-cache", action="store_true")
     args = parser.parse_args(argv)
+    explored = ("schemes", "seeds", "steps", "patch_size", "upsample", "no_cache")
+    if not args.explore and any(
+        getattr(args, k) != parser.get_default(k) for k in explored
+    ):
+        parser.error(
+            "--schemes, --seeds, --steps, --patch-size, --upsample and "
+            "--no-cache go with --explore (the stored study is VIT_DIGITS)"
+        )
     start = time.perf_counter()
-    rows = digits_experiment(
-        args.schemes,
-        args.seeds,
-        steps=args.steps,
-        patch_size=args.patch_size,
-        upsample_mode=args.upsample,
-        device=args.device,
-        use_cache=not args.no_cache,
-    )
+    if args.explore:
+        rows = digits_experiment(
+            args.schemes,
+            args.seeds,
+            steps=args.steps,
+            patch_size=args.patch_size,
+            upsample_mode=args.upsample,
+            device=args.device,
+            use_cache=not args.no_cache,
+        )
+        print(
+            f"test accuracy (%), mean [95% t-interval] over seeds {args.seeds}; "
+            f"trained on 8×8 images, patch size {args.patch_size}; 16×16 = "
+            f"{args.upsample} upsampling of the test images"
+        )
+        print(results_table(rows))
+        print(f"wall time {time.perf_counter() - start:.1f} s")
+        return 0
+    if args.list:
+        stored = _stored_digits()
+        for run in digits_study_runs():
+            state = "stored " if run.key() in stored else "missing"
+            print(f"{state} {run.key()}  {run.label}")
+        return 0
+    device = args.device or "cpu"
+    if args.verify or args.check:
+        try:
+            records = load_digits_records()
+        except StaleResultsError as err:
+            print(err, file=sys.stderr)
+            return 1
+        print(
+            f"the stored tiny-ViT digits study covers its grid: {len(records)} runs, "
+            f"{sum(r['rows'][0]['train_seconds'] for r in records):.0f} s of training "
+            "when computed"
+        )
+        if args.verify:
+            return 0
+        rows = reproduce_digits(device=device, threads=args.threads)
+        worst = max(abs(r["difference"]) for r in rows)
+        loss = max(abs(r["final_loss_difference"]) for r in rows)
+        print(
+            f"retrained {', '.join(dict.fromkeys(r['run'] for r in rows))} in "
+            f"{time.perf_counter() - start:.0f} s: {len(rows)} stored accuracies, "
+            f"largest difference {worst:.3g} (tolerance {CHECK_TOLERANCE}); final "
+            f"training loss off by {loss:.2g}"
+        )
+        for r in rows:
+            if not r["ok"]:
+                print(f"NOT REPRODUCED: {r}")
+        return 0 if all(r["ok"] for r in rows) else 1
+    summary = run_digits_study(workers=args.workers, device=device)
     print(
-        f"test accuracy (%), mean [95% t-interval] over seeds {args.seeds}; "
-        f"trained on 8×8 images, patch size {args.patch_size}; 16×16 = "
-        f"{args.upsample} upsampling of the test images"
+        f"tiny-ViT digits study: {summary['runs']} runs in the grid, "
+        f"{summary['computed']} computed now in {summary['wall_seconds']:.0f} s; "
+        f"results in {digits_results_dir()}"
     )
-    print(results_table(rows))
-    print(f"wall time {time.perf_counter() - start:.1f} s")
+    print(results_table(load_digits_results()))
     return 0
 
 
