@@ -165,6 +165,10 @@ BENCH_CONFIG = {
     },
     "decode": {"prompt_lens": [64, 256, 1024]},
     "min_run_time": 1.0,
+    # One thread: on a shared 2-core machine a second OpenMP thread waits for a core
+    # that another process holds, and every operation's barrier stalls (the same
+    # RoPE call measured 20 ms on one thread and 80–900 ms on two).
+    "threads": 1,
 }
 
 #: Smaller sizes for a live measurement in the chapter and for ``--quick``.
@@ -173,6 +177,7 @@ QUICK_CONFIG = {
     "bias": {"batch": 1, "num_heads": 4, "head_dim": 32, "seq_lens": [128, 256]},
     "decode": {"prompt_lens": [32, 128]},
     "min_run_time": 0.2,
+    "threads": None,  # the caller's setting
 }
 
 
@@ -651,6 +656,7 @@ def _bias_rows(
                 scheme, head_dim=head_dim, device=device, **sizes
             )
             for path in paths:
+
                 def forward(path_fn=path, module=module, q=q, k=k, v=v, pos=pos):
                     with torch.no_grad():
                         return bias_attention(path_fn, module, q, k, v, pos)
@@ -807,13 +813,18 @@ def main(argv=None) -> int:
     parser.add_argument("--parts", nargs="+", default=["rope", "bias", "decode"])
     parser.add_argument("--device", default=None, help="default: posenc.get_device()")
     parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (default: cores)"
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (default: the configuration's, else torch's)",
     )
     parser.add_argument("--save", nargs="?", const=str(RESULTS_FILE), default=None)
     args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads or os.cpu_count() or 1)
-    device = torch.device(args.device) if args.device else get_device()
     config = QUICK_CONFIG if args.quick else BENCH_CONFIG
+    torch.set_num_threads(
+        args.threads or config.get("threads") or torch.get_num_threads()
+    )
+    device = torch.device(args.device) if args.device else get_device()
     results = run_all(config, device=device, parts=tuple(args.parts))
     prov = results["provenance"]
     print(
