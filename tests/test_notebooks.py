@@ -18,17 +18,34 @@ def toc_files():
     return list(parse_toc_yaml(str(ROOT / "_toc.yml")).keys())
 
 
-def chapters():
-    """The chapters of the book: the documents of _toc.yml that are notebooks, in book order."""
+def notebooks():
+    """The documents of _toc.yml that are notebooks, in book order."""
     return [f for f in toc_files() if (ROOT / f"{f}.ipynb").exists()]
+
+
+def page_kind(doc: str) -> str:
+    """A notebook page's kind, from its metadata ``posenc.kind``: ``"chapter"`` (the
+    default) follows the chapter template — exercises, a deck, a lecture plan, a
+    clean-environment run — and ``"reference"`` (the claims ledger) is a page that
+    the chapters link to, exempt from them."""
+    metadata = json.loads((ROOT / f"{doc}.ipynb").read_text()).get("metadata", {})
+    kind = metadata.get("posenc", {}).get("kind", "chapter")
+    assert kind in ("chapter", "reference"), f"{doc}: unknown page kind {kind!r}"
+    return kind
+
+
+def chapters():
+    """The chapters of the book, in book order: the notebooks of _toc.yml whose kind is
+    ``chapter`` (:func:`page_kind`)."""
+    return [f for f in notebooks() if page_kind(f) == "chapter"]
 
 
 def cells(nb):
     return json.loads(nb.read_text())["cells"]
 
 
-def test_notebooks_are_exactly_the_toc_chapters():
-    listed = set(chapters())
+def test_notebooks_are_exactly_the_toc_notebooks():
+    listed = set(notebooks())
     on_disk = {p.relative_to(ROOT).with_suffix("").as_posix() for p in NOTEBOOKS}
     assert on_disk == listed
     for f in toc_files():
@@ -78,7 +95,7 @@ def test_the_parallel_execution_step_sees_the_books_chapters_and_cache(tmp_path)
 
     from posenc import execute
 
-    assert [p.relative_to(ROOT).with_suffix("").as_posix() for p in execute.chapters(ROOT)] == chapters()
+    assert [p.relative_to(ROOT).with_suffix("").as_posix() for p in execute.chapters(ROOT)] == notebooks()
     config = yaml.safe_load((ROOT / "_config.yml").read_text())["execute"]
     assert config["execute_notebooks"] == "cache"
     assert execute.book_config(ROOT)["cache"] == ROOT / config["cache"]

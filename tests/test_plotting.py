@@ -39,3 +39,50 @@ def test_interval_plot_draws_the_interval_of_each_scheme():
     assert lows == pytest.approx([1.9, 2.4])
     assert [t.get_text() for t in ax.get_xticklabels()] == ["64", "128"]
     plt.close(fig)
+
+
+def test_figures_are_the_columns_width_and_record_their_smallest_text():
+    from posenc import plotting
+
+    plotting.use_style()
+    fig, ax = plotting.figure()
+    assert tuple(fig.get_size_inches()) == (plotting.FIGURE_WIDTH, plotting.PANEL_HEIGHT)
+    ax.plot([0, 1], [0, 1], label="a line")
+    ax.set(xlabel="x", ylabel="y", title="title")
+    ax.legend()
+    ax.text(0.5, 0.5, "small", fontsize=7)
+    ax.text(0.2, 0.2, "", fontsize=3)  # empty text is not drawn and does not count
+    assert plotting.smallest_font_pt(fig) == 7
+    meta = plotting.png_text_metadata(plotting.figure_png(fig, dpi=100))
+    assert meta["font_pt_min"] == 7 and meta["dpi"] == 100
+    assert abs(meta["natural_px"] - 100 * plotting.FIGURE_WIDTH) < 0.15 * 100 * plotting.FIGURE_WIDTH
+    plt.close(fig)
+    # without the text of size 7, the smallest is the tick labels' and legend's size
+    fig, ax = plotting.figure(1, 2)
+    ax[0].plot([0, 1])
+    ax[1].set_visible(False)
+    assert plotting.smallest_font_pt(fig) == plotting.MIN_FONT_PT
+    plt.close(fig)
+    with pytest.raises(ValueError, match="ncols=3"):
+        plotting.figure(1, 3)
+
+
+def test_text_as_displayed():
+    from posenc import plotting
+
+    # 10-pt text at 150 dpi in a 6-inch (900-px) figure shown 690 px wide
+    assert plotting.displayed_text_px(10, 150, 900, 690) == pytest.approx(10 * 690 / (72 * 6))
+    # the book's smallest text in the column is comfortably above the goal
+    shown = plotting.displayed_text_px(plotting.MIN_FONT_PT, 150, 150 * plotting.FIGURE_WIDTH, plotting.COLUMN_PX)
+    assert shown >= plotting.MIN_TEXT_PX * 1.3
+    assert plotting.png_text_metadata(_plain_png()) is None
+
+
+def _plain_png() -> bytes:
+    import io
+
+    fig, ax = plt.subplots()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    return buffer.getvalue()

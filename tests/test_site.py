@@ -3,8 +3,11 @@ and every deck of _build/html/slides in headless Chromium (Debian's chromium and
 driven by Selenium), served from 127.0.0.1 with every other host unreachable.
 
 Checked on each page: MathJax rendered every formula (and no raw ``$$`` is left), every image
-loaded, the JavaScript console has no errors, and on chapter pages the Colab and download buttons
-point at the page's own notebook. A screenshot of each page and of each deck's first slides is
+loaded, the JavaScript console has no errors, on chapter pages the Colab and download buttons
+point at the page's own notebook, and the reader's goals of tests/site_goals.py hold (at most 25
+screens, no paragraph dense with intervals, at most 120 visible lines of code, figure text at
+least 10 px as displayed, nothing wider than a phone). On each deck: no slide is taller than the
+slide. A screenshot of each page (desktop and phone width) and of each deck's first slides is
 saved under _build/screenshots/.
 
 Run by ``make site-tests`` after the book and the decks are built (``make test`` does both).
@@ -15,7 +18,6 @@ from __future__ import annotations
 import functools
 import http.server
 import os
-import shutil
 import threading
 from pathlib import Path
 from urllib.parse import quote
@@ -23,6 +25,7 @@ from urllib.parse import quote
 import pytest
 import yaml
 
+import site_goals
 from test_notebooks import chapters
 
 try:
@@ -71,23 +74,12 @@ def base_url():
 
 @pytest.fixture(scope="module")
 def browser():
-    webdriver = pytest.importorskip("selenium.webdriver")
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver_path = shutil.which("chromedriver")
+    pytest.importorskip("selenium.webdriver")
+    chromium, driver_path = site_goals.chromium_paths()
     if not (chromium and driver_path):
-        pytest.skip("Chromium or chromedriver is not installed and `make system-packages` could not install "
+        pytest.skip("Chromium or chromedriver is not installed and `make` could not install "
                     "them (needs root and apt-get): install Debian's chromium and chromium-driver")
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
-                 "--window-size=1280,900", "--disable-background-networking",
-                 # every host but the test server is unreachable: a page that needs the network fails
-                 "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver_path))
-    driver.set_page_load_timeout(60)
-    driver.set_script_timeout(60)
+    driver = site_goals.launch()
     SHOTS.mkdir(parents=True, exist_ok=True)
     yield driver
     driver.quit()
@@ -101,24 +93,18 @@ if (!window.__mathjaxDone) { window.__mathjaxDone = "waiting";
 return window.__mathjaxDone === "waiting" ? false : window.__mathjaxDone;
 """
 
-LOAD_ALL_IMAGES = """
-const done = arguments[arguments.length - 1];
-const images = Array.from(document.images);
-images.forEach((img) => { img.loading = "eager"; });
-Promise.all(images.map((img) => img.complete ? null : new Promise((ok) => {
-  img.addEventListener("load", ok); img.addEventListener("error", ok);
-}))).then(() => done(images.map((img) => [img.getAttribute("src"), img.naturalWidth])));
-"""
+LOAD_ALL_IMAGES = site_goals.LOAD_ALL_IMAGES
 
 
 def console_errors(driver) -> list[str]:
     return [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
 
 
-def screenshot(driver, name: str, full_page: bool = True):
+def screenshot(driver, name: str, full_page: bool = True, width: int = 1280):
+    driver.set_window_size(width, 900)
     if full_page:
         height = driver.execute_script("return document.documentElement.scrollHeight")
-        driver.set_window_size(1280, min(max(height, 900), 12000))
+        driver.set_window_size(width, min(max(height, 900), 12000))
     driver.save_screenshot(str(SHOTS / name))
     driver.set_window_size(1280, 900)
 
@@ -163,7 +149,9 @@ def test_page(browser, base_url, page):
     check_images(browser, page)
     errors = console_errors(browser)
     assert errors == [], f"{page}: JavaScript console errors: {errors}"
-    screenshot(browser, page.replace("/", "__").replace(".html", ".png"))
+    name = page.replace("/", "__").replace(".html", "")
+    screenshot(browser, f"{name}.png")
+    screenshot(browser, f"{name}__phone.png", width=site_goals.PHONE_WIDTH)
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
@@ -251,6 +239,10 @@ def test_deck(browser, base_url, deck):
     assert errors == [], f"{deck}: JavaScript console errors: {errors}"
     name = Path(deck).name.removesuffix(".html")
     browser.execute_script("Reveal.configure({transition: 'none', backgroundTransition: 'none'})")
+    title = browser.execute_script(
+        "Reveal.slide(0, 0); const s = Reveal.getCurrentSlide();"
+        "return [!!s.querySelector('h1'), !!s.querySelector('.posenc-subtitle')]")
+    assert title == [True, True], f"{deck}: the first slide is the chapter's title slide"
     # the title, the chapter's objectives, and the first sub-slide of the third section
     for h, v in ((0, 0), (1, 0), (3, 1)):
         browser.execute_script(f"Reveal.slide({h}, {v}); Reveal.layout();")

@@ -86,6 +86,64 @@ def _naive_block_losses(model, documents, L, E):
     return out
 
 
+def _play_guessers(task: str, sequences: int, seq_len: int, seed: int) -> dict[str, float]:
+    """The two position-free guessers of study.probe_floor, played on sequences of the
+    generator: each sees the multiset of bytes before the target (and, the bag guesser,
+    the answers it already gave), never their positions."""
+    x, y, _ = study.probe_batch(task, sequences, seq_len, generator=torch.Generator().manual_seed(seed))
+    lo, hi = study._VALUES if task == "associative_recall" else study._SYMBOLS
+    uniform, bag = [], []
+    for row_x, row_y in zip(x.tolist(), y.tolist()):
+        scored = [t for t, target in enumerate(row_y) if target != -100]
+        u_hits, b_hits = [], []
+        for t in scored:
+            target = row_y[t]
+            context = [b for b in row_x[: t + 1] if lo <= b < hi]
+            distinct = set(context)
+            u_hits.append((target in distinct) / len(distinct))
+            counts = {b: context.count(b) for b in distinct}
+            given = [row_y[s] for s in scored if s < t]
+            if task == "copy":  # segment bytes already repeated occur twice
+                candidates = {b: 1 for b, c in counts.items() if c == 1}
+            else:  # every given answer occurs in the context twice: where it was, and as given
+                candidates = {b: c - 2 * given.count(b) for b, c in counts.items()}
+                candidates = {b: c for b, c in candidates.items() if c > 0}
+            top = max(candidates.values())
+            ties = [b for b, c in candidates.items() if c == top]
+            b_hits.append((target in ties) / len(ties))
+        uniform.append(sum(u_hits) / len(u_hits))
+        bag.append(sum(b_hits) / len(b_hits))
+    return {"uniform": float(np.mean(uniform)), "bag": float(np.mean(bag)), "sem": float(np.std(bag) / len(bag) ** 0.5)}
+
+
+@pytest.mark.parametrize("task", sorted(study.PROBES))
+def test_probe_floors_are_what_position_free_guessers_score_on_the_generator(task):
+    exact = study.PROBE_FLOORS[task]()
+    played = _play_guessers(task, sequences=1500, seq_len=64, seed=3)
+    for guesser in ("uniform", "bag"):
+        assert played[guesser] == pytest.approx(exact[guesser], abs=max(4 * played["sem"], 1e-9)), guesser
+    assert study.probe_floor(task) == exact["bag"] > exact["uniform"] > 1 / 32  # above the old 'chance'
+
+
+def test_probe_floors_in_closed_form():
+    assert study.copy_floor() == {"uniform": 1 / 16, "bag": pytest.approx(sum(1 / k for k in range(1, 16)) / 15)}
+    # one answer drawn from a alphabet: both guessers are always right
+    assert study._iid_floors(1, 32) == {"uniform": 1.0, "bag": 1.0}
+    # two answers from two values: equal with probability 1/2 (then both right), else the uniform
+    # guesser is right half the time and the bag guesser half the time on the first, always on the second
+    assert study._iid_floors(2, 2) == {"uniform": pytest.approx(0.5 + 0.5 * 0.5), "bag": pytest.approx(0.5 + 0.5 * 0.75)}
+    assert sum(study._pattern_probability(p, 32) for p in study._set_partitions(5)) == pytest.approx(1.0)
+    assert len(list(study._set_partitions(5))) == 52  # the Bell number B5
+    with pytest.raises(ValueError, match="task must be one of"):
+        study.probe_floor("needle")
+
+
+def test_probe_learned_is_halfway_from_the_floor():
+    floor = study.probe_floor("passkey")
+    assert study.probe_learned(floor + (1 - floor) / 2, "passkey")
+    assert not study.probe_learned(floor + (1 - floor) / 2 - 1e-6, "passkey")
+
+
 @pytest.mark.parametrize("scheme", ["rope", "sinusoidal", "shaw"])
 def test_window_losses_match_a_naive_loop(scheme):
     g = torch.Generator().manual_seed(0)

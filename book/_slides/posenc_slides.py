@@ -9,6 +9,7 @@ the book's cell tags (remove-input, remove-stderr, ...) to the deck.
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -24,9 +25,13 @@ BOOK = ROOT / "book"
 
 
 def chapter_notebooks() -> list[str]:
-    """The notebook of every chapter listed in _toc.yml, in book order."""
+    """The notebook of every chapter listed in _toc.yml, in book order: every notebook but
+    the reference pages (metadata ``posenc.kind: reference``, tests/test_notebooks.py),
+    which have no deck."""
     files = parse_toc_yaml(str(ROOT / "_toc.yml")).keys()
-    return [str(ROOT / f"{name}.ipynb") for name in files if (ROOT / f"{name}.ipynb").exists()]
+    paths = [ROOT / f"{name}.ipynb" for name in files if (ROOT / f"{name}.ipynb").exists()]
+    return [str(p) for p in paths
+            if json.loads(p.read_text()).get("metadata", {}).get("posenc", {}).get("kind", "chapter") == "chapter"]
 
 
 def with_outputs(nb, path: str = "the notebook"):
@@ -79,6 +84,12 @@ ROLE = re.compile(r"\{(?P<role>[\w:-]+)\}`(?P<content>[^`]*)`")
 TITLES = {"note": "Note", "tip": "Tip", "warning": "Warning", "exercise": "Exercise", "important": "Important"}
 
 
+def folded(name: str, options: dict[str, str]) -> bool:
+    """Whether a directive is folded on the site (a dropdown, a toggle): detail that a
+    reader opens on demand and a lecturer does not show, so the deck leaves it out."""
+    return name in ("dropdown", "toggle") or "dropdown" in options.get("class", "").split()
+
+
 def myst_to_markdown(source: str, cite: Citations) -> str:
     """Plain Markdown for nbconvert from the book's MyST: directives, roles and targets."""
     out: list[str] = []
@@ -115,7 +126,7 @@ def myst_to_markdown(source: str, cite: Citations) -> str:
             j += 1
         i = j + 1
         text = myst_to_markdown("\n".join(body), cite)
-        if name in ("solution-start", "solution-end", "footbibliography"):
+        if name in ("solution-start", "solution-end", "footbibliography") or folded(name, options):
             continue
         if name == "literalinclude":
             path = (BOOK / argument).resolve()
@@ -156,10 +167,17 @@ def myst_to_markdown(source: str, cite: Citations) -> str:
     return ROLE.sub(role, text)
 
 
+#: The line under the title on every deck's first slide.
+SUBTITLE = "posenc · Positional encodings for transformers"
+
+
 class BookToSlides(Preprocessor):
     """Apply the book's conventions to a deck: the outputs of the book build, MyST to Markdown,
-    and the cell tags the book obeys (remove-cell, remove-input/hide-input, remove-output,
-    remove-stderr). Speaker notes are tagged remove-cell for the site and are kept here."""
+    and the cell tags the book obeys. What the site folds, the deck leaves out: a folded cell
+    (hide-cell) goes, a folded input (hide-input) or output (hide-output) goes, a dropdown
+    goes; what the site removes (remove-cell, remove-input, remove-output, remove-stderr) goes
+    too. Speaker notes are tagged remove-cell for the site and are kept here. The title slide
+    gets the book's name under the chapter's title."""
 
     merge_outputs = Bool(True, help="take the outputs from the book build's execution cache").tag(config=True)
 
@@ -171,14 +189,16 @@ class BookToSlides(Preprocessor):
         for cell in nb.cells:
             tags = set(cell.metadata.get("tags", []))
             slide_type = cell.metadata.get("slideshow", {}).get("slide_type")
-            if "remove-cell" in tags and slide_type != "notes":
+            if tags & {"remove-cell", "hide-cell"} and slide_type != "notes":
                 continue
             if cell.cell_type == "markdown":
                 cell.source = myst_to_markdown(cell.source, cite)
+                if not cells and cell.source.startswith("# "):
+                    cell.source += f"\n\n<p class=\"posenc-subtitle\">{SUBTITLE}</p>"
             elif cell.cell_type == "code":
                 if tags & {"remove-input", "hide-input"}:
                     cell.transient = {"remove_source": True}
-                if "remove-output" in tags:
+                if tags & {"remove-output", "hide-output"}:
                     cell.outputs = []
                 if "remove-stderr" in tags:
                     cell.outputs = [o for o in cell.outputs if not (o.output_type == "stream" and o.name == "stderr")]

@@ -17,7 +17,10 @@ a third time.
 
 Usage::
 
-    python -m posenc.execute [--workers N] [--list]
+    python -m posenc.execute [--workers N] [--list] [NOTEBOOK ...]
+
+With notebooks named, only those (of ``_toc.yml``) are executed: how a writer runs the
+pages they are editing without executing the others.
 """
 
 from __future__ import annotations
@@ -130,10 +133,15 @@ def _previous_seconds(cache) -> dict[str, float]:
 
 
 def execute(
-    *, workers: int | None = None, root: Path = ROOT, progress: bool = True
+    *,
+    workers: int | None = None,
+    root: Path = ROOT,
+    progress: bool = True,
+    only: list[Path] | None = None,
 ) -> dict[str, float | None]:
     """Execute the chapters missing from the cache, ``workers`` at a time (default: one
-    per usable core), and cache each one that succeeds.
+    per usable core), and cache each one that succeeds; with ``only``, just those of
+    them.
 
     Returns:
         ``{chapter path: seconds}`` for the chapters executed now; ``None`` for
@@ -145,7 +153,12 @@ def execute(
     config = book_config(root)
     with _lock(config["cache"]):
         cache = get_cache(str(config["cache"]))
-        todo = [p for p in chapters(root) if not is_cached(cache, p)]
+        wanted = {Path(p).resolve() for p in only} if only else None
+        todo = [
+            p
+            for p in chapters(root)
+            if (wanted is None or p.resolve() in wanted) and not is_cached(cache, p)
+        ]
         before = _previous_seconds(cache)
     if not todo:
         return {}
@@ -192,7 +205,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="list the chapters and whether each is cached",
     )
+    parser.add_argument(
+        "notebooks", nargs="*", type=Path, help="only these chapters (default: all)"
+    )
     args = parser.parse_args(argv)
+    known = {p.resolve() for p in chapters()}
+    unknown = [str(p) for p in args.notebooks if p.resolve() not in known]
+    if unknown:
+        parser.error(f"not a notebook of _toc.yml: {', '.join(unknown)}")
     if args.workers is not None and args.workers < 1:
         parser.error(f"--workers must be >= 1, got {args.workers}")
     if args.list:
@@ -204,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{state} {path.relative_to(ROOT)}")
         return 0
     start = time.perf_counter()
-    outcome = execute(workers=args.workers)
+    outcome = execute(workers=args.workers, only=args.notebooks or None)
     failed = [p for p, s in outcome.items() if s is None]
     wall = time.perf_counter() - start
     if failed:

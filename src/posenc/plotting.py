@@ -1,11 +1,25 @@
-"""One matplotlib style for the whole book.
+"""One matplotlib style for the whole book, sized for the page it is shown on.
 
 Colours are the Okabe–Ito palette (safe for the common colour-vision deficiencies);
 sequential maps are ``viridis``, diverging maps ``RdBu_r`` centred on zero. Call
 :func:`use_style` once per notebook (the chapters do it in their first cell).
+
+Legibility is set here, once, rather than per figure. The book's text column is
+:data:`COLUMN_PX` (690 CSS px) wide on a desktop, and a figure wider than that is scaled
+down to it, so what decides how large its text looks is the figure's width in inches,
+not its dpi: text of ``s`` points in a figure ``w`` inches wide is shown at
+``s · 690 / (72 · w)`` px. Figures are :data:`FIGURE_WIDTH` inches wide (the
+default ``figure.figsize``, and :func:`figure`) and no text is smaller than
+:data:`MIN_FONT_PT`, so the smallest text is about 14 px on a desktop and 8 px on a
+414-px phone. Inside IPython, :func:`use_style` also makes every figure's PNG carry
+its smallest font size, dpi and width (:func:`figure_png`, read back by
+:func:`png_text_metadata`), so that the browser tests can check the text size as
+displayed on every page.
 """
 
 from __future__ import annotations
+
+import io
 
 import matplotlib as mpl
 import numpy as np
@@ -23,12 +37,27 @@ OKABE_ITO = (
     "#000000",
     "#F0E442",
 )
+#: One marker per colour of :data:`OKABE_ITO`, so that series differ in shape too.
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 SEQUENTIAL_CMAP = "viridis"
 DIVERGING_CMAP = "RdBu_r"
 
+#: Width of the book's text column on a desktop (jupyter-book 1's theme), in CSS px.
+COLUMN_PX = 690
+#: Width of every figure, in inches: 10-pt text is then shown at about 16 px in the
+#: column, and the smallest text (:data:`MIN_FONT_PT`) at about 14 px.
+FIGURE_WIDTH = 6.0
+#: Default height of one row of panels, in inches.
+PANEL_HEIGHT = 3.2
+#: The smallest font size any text of a figure may have, in points.
+MIN_FONT_PT = 9.0
+#: The smallest text as displayed that the book accepts, in CSS px (tests/test_site.py).
+MIN_TEXT_PX = 10.0
+
 STYLE = {
     "axes.prop_cycle": cycler(color=OKABE_ITO),
-    "figure.figsize": (7.0, 3.6),
+    "lines.markersize": 5,
+    "figure.figsize": (FIGURE_WIDTH, PANEL_HEIGHT),
     "figure.dpi": 110,
     "savefig.dpi": 150,
     "savefig.bbox": "tight",
@@ -36,9 +65,14 @@ STYLE = {
     "grid.alpha": 0.3,
     "axes.spines.top": False,
     "axes.spines.right": False,
+    "font.size": 10,
     "axes.titlesize": 11,
     "axes.labelsize": 10,
-    "legend.fontsize": 9,
+    "xtick.labelsize": MIN_FONT_PT,
+    "ytick.labelsize": MIN_FONT_PT,
+    "legend.fontsize": MIN_FONT_PT,
+    "legend.title_fontsize": MIN_FONT_PT,
+    "figure.titlesize": 11,
     "legend.frameon": False,
     "image.cmap": SEQUENTIAL_CMAP,
     "figure.constrained_layout.use": True,
@@ -46,8 +80,102 @@ STYLE = {
 
 
 def use_style() -> None:
-    """Apply the book's style to matplotlib's global settings."""
+    """Apply the book's style to matplotlib's global settings and, inside IPython, show
+    every figure as a PNG that records its text size (:func:`figure_png`)."""
     mpl.rcParams.update(STYLE)
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython is a dependency of the book only
+        return
+    shell = get_ipython()
+    if shell is not None:
+        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
+
+        # the inline backend registers its own PNG formatter when it is first loaded,
+        # which is when the first figure is made: load it now, then replace it
+        plt.close(plt.figure())
+        shell.display_formatter.formatters["image/png"].for_type(Figure, figure_png)
+
+
+def figure(nrows: int = 1, ncols: int = 1, *, height: float | None = None, **kwargs):
+    """A figure of the book's width (:data:`FIGURE_WIDTH`) and its axes.
+
+    Args:
+        nrows, ncols: the grid of panels; two panels side by side is the most a phone
+            shows legibly, so more than two columns raise.
+        height: total height in inches (default :data:`PANEL_HEIGHT` per row).
+        **kwargs: passed to ``plt.subplots`` (``sharex``, ``sharey``, ...).
+
+    Returns:
+        ``(fig, axes)`` as ``plt.subplots`` returns them.
+
+    Raises:
+        ValueError: if ``ncols`` is more than 2.
+    """
+    import matplotlib.pyplot as plt
+
+    if ncols > 2:
+        raise ValueError(f"ncols={ncols}: at most 2 panels side by side (one idea per figure, "
+                         "legible on a phone); split the figure")
+    return plt.subplots(nrows, ncols, figsize=(FIGURE_WIDTH, height or PANEL_HEIGHT * nrows), **kwargs)
+
+
+def smallest_font_pt(fig) -> float:
+    """The size in points of the smallest non-empty, visible text of ``fig`` (titles,
+    labels, tick labels, legends, annotations); ``nan`` for a figure without text."""
+    from matplotlib.text import Text
+
+    fig.canvas.draw_idle()
+    sizes = [
+        t.get_fontsize()
+        for t in fig.findobj(Text)
+        if t.get_visible() and t.get_text().strip() and _drawn(t)
+    ]
+    return min(sizes) if sizes else float("nan")
+
+
+def _drawn(text) -> bool:
+    """Whether a Text is part of what is drawn: every ancestor artist visible (a tick
+    label of a hidden axis is not)."""
+    axes = text.axes
+    return axes is None or axes.get_visible()
+
+
+def figure_png(fig, dpi: float | None = None) -> bytes:
+    """``fig`` as PNG bytes (``savefig.bbox`` tight) that carry, as text chunks,
+    ``posenc:font_pt_min`` (:func:`smallest_font_pt`) and ``posenc:dpi``.
+
+    Args:
+        fig: a matplotlib Figure. dpi: default ``savefig.dpi``.
+
+    Returns:
+        The PNG file's bytes.
+    """
+    dpi = float(dpi or mpl.rcParams["savefig.dpi"])
+    buffer = io.BytesIO()
+    metadata = {"posenc:font_pt_min": f"{smallest_font_pt(fig):g}", "posenc:dpi": f"{dpi:g}"}
+    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight", metadata=metadata)
+    return buffer.getvalue()
+
+
+def png_text_metadata(path_or_bytes) -> dict[str, float] | None:
+    """The ``posenc:`` text chunks of a PNG written by :func:`figure_png`, as numbers
+    (``font_pt_min``, ``dpi``), with the image's width in pixels (``natural_px``);
+    ``None`` for a PNG without them."""
+    from PIL import Image
+
+    source = io.BytesIO(path_or_bytes) if isinstance(path_or_bytes, bytes) else path_or_bytes
+    with Image.open(source) as image:
+        info = {k.removeprefix("posenc:"): float(v) for k, v in image.text.items() if k.startswith("posenc:")}
+        info["natural_px"] = float(image.size[0])
+    return info if "font_pt_min" in info else None
+
+
+def displayed_text_px(font_pt: float, dpi: float, natural_px: float, shown_px: float) -> float:
+    """Size in CSS px at which text of ``font_pt`` points is shown, in a PNG rendered at
+    ``dpi`` whose ``natural_px`` pixels of width are shown ``shown_px`` CSS px wide."""
+    return font_pt * dpi / 72.0 * shown_px / natural_px
 
 
 def heatmap(
@@ -111,7 +239,7 @@ def perplexity_plot(
         " training length",
         va="top",
         ha="left",
-        fontsize=8,
+        fontsize=MIN_FONT_PT,
         color="0.3",
     )
     _length_axis(ax, sorted({n for by_len in results.values() for n in by_len}))
@@ -156,7 +284,7 @@ def memory_plot(
     ax.set_yscale("log")
     _length_axis(ax, list(lengths))
     ax.set(xlabel="sequence length T", ylabel="peak memory (MiB)", title=title)
-    ax.legend(fontsize=8)
+    ax.legend()
     return ax
 
 
@@ -199,10 +327,10 @@ def interval_plot(
         x, y = rows["eval_length"].to_numpy(), rows["mean"].to_numpy()
         err = np.vstack([y - rows["lower"].to_numpy(), rows["upper"].to_numpy() - y])
         kwargs = {
-            "marker": "o",
             "capsize": 3,
             "label": scheme,
             "color": OKABE_ITO[i % len(OKABE_ITO)],
+            "marker": MARKERS[i % len(MARKERS)],
             "linestyle": "-" if i < len(OKABE_ITO) else "--",
             **styles.get(scheme, {}),
         }
