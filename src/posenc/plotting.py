@@ -116,9 +116,12 @@ def figure(nrows: int = 1, ncols: int = 1, *, height: float | None = None, **kwa
     import matplotlib.pyplot as plt
 
     if ncols > 2:
-        raise ValueError(f"ncols={ncols}: at most 2 panels side by side (one idea per figure, "
-                         "legible on a phone); split the figure")
-    return plt.subplots(nrows, ncols, figsize=(FIGURE_WIDTH, height or PANEL_HEIGHT * nrows), **kwargs)
+        raise ValueError(
+            f"ncols={ncols}: at most 2 panels side by side (one idea per figure, "
+            "legible on a phone); split the figure"
+        )
+    size = (FIGURE_WIDTH, height or PANEL_HEIGHT * nrows)
+    return plt.subplots(nrows, ncols, figsize=size, **kwargs)
 
 
 def smallest_font_pt(fig) -> float:
@@ -154,8 +157,13 @@ def figure_png(fig, dpi: float | None = None) -> bytes:
     """
     dpi = float(dpi or mpl.rcParams["savefig.dpi"])
     buffer = io.BytesIO()
-    metadata = {"posenc:font_pt_min": f"{smallest_font_pt(fig):g}", "posenc:dpi": f"{dpi:g}"}
-    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight", metadata=metadata)
+    metadata = {
+        "posenc:font_pt_min": f"{smallest_font_pt(fig):g}",
+        "posenc:dpi": f"{dpi:g}",
+    }
+    fig.savefig(
+        buffer, format="png", dpi=dpi, bbox_inches="tight", metadata=metadata
+    )
     return buffer.getvalue()
 
 
@@ -165,14 +173,21 @@ def png_text_metadata(path_or_bytes) -> dict[str, float] | None:
     ``None`` for a PNG without them."""
     from PIL import Image
 
-    source = io.BytesIO(path_or_bytes) if isinstance(path_or_bytes, bytes) else path_or_bytes
-    with Image.open(source) as image:
-        info = {k.removeprefix("posenc:"): float(v) for k, v in image.text.items() if k.startswith("posenc:")}
+    if isinstance(path_or_bytes, bytes):
+        path_or_bytes = io.BytesIO(path_or_bytes)
+    with Image.open(path_or_bytes) as image:
+        info = {
+            key.removeprefix("posenc:"): float(value)
+            for key, value in image.text.items()
+            if key.startswith("posenc:")
+        }
         info["natural_px"] = float(image.size[0])
     return info if "font_pt_min" in info else None
 
 
-def displayed_text_px(font_pt: float, dpi: float, natural_px: float, shown_px: float) -> float:
+def displayed_text_px(
+    font_pt: float, dpi: float, natural_px: float, shown_px: float
+) -> float:
     """Size in CSS px at which text of ``font_pt`` points is shown, in a PNG rendered at
     ``dpi`` whose ``natural_px`` pixels of width are shown ``shown_px`` CSS px wide."""
     return font_pt * dpi / 72.0 * shown_px / natural_px

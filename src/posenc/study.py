@@ -450,7 +450,11 @@ def passkey_floor() -> dict[str, float]:
 
 
 #: One floor function per probe of :data:`PROBES`.
-PROBE_FLOORS = {"copy": copy_floor, "associative_recall": recall_floor, "passkey": passkey_floor}
+PROBE_FLOORS = {
+    "copy": copy_floor,
+    "associative_recall": recall_floor,
+    "passkey": passkey_floor,
+}
 
 
 def probe_floor(task: str) -> float:
