@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import functools
 import http.server
+import json
 import re
 import shutil
 import sys
@@ -64,7 +65,10 @@ DECIMAL = re.compile(r"\d+\.\d+")
 # so the content of a closed <details> (hide-input, hide-output, dropdowns) is not.
 PAGE_JS = """
 const article = document.querySelector('article.bd-article') || document.querySelector('main') || document.body;
-const shown = (e) => e.getClientRects().length > 0;
+// Chromium lays out a closed <details> under content-visibility: hidden, and a folded solution
+// under visibility: hidden, so a layout box alone does not mean the reader sees it
+const shown = (e) => e.getClientRects().length > 0
+  && (!e.checkVisibility || e.checkVisibility({contentVisibilityAuto: true, visibilityProperty: true}));
 const text = (e) => { const c = e.cloneNode(true);
   c.querySelectorAll('mjx-container, .MathJax, script, style, code, pre').forEach(x => x.remove());
   return c.textContent.replace(/\\s+/g, ' ').trim(); };
@@ -271,6 +275,9 @@ def build_preview(pages: list[str]) -> Path:
     subprocess.run([str(bin_dir / "jupyter-book"), "build", ".", "--toc", str(out / "_toc.yml"),
                     "--path-output", str(out), "-q"], cwd=ROOT, check=True)
     html = out / "_build" / "html"
+    # decks are made for chapters only (a reference page has none)
+    notebooks = [n for n in notebooks if json.loads((ROOT / n).read_text()).get("metadata", {})
+                 .get("posenc", {}).get("kind", "chapter") == "chapter"]
     if notebooks:
         subprocess.run([str(bin_dir / "jupyter"), "nbconvert", "--config", "book/_slides/nbconvert_config.py",
                         f"--NbConvertApp.notebooks={[str(ROOT / n) for n in notebooks]!r}",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import textwrap
 from pathlib import Path
 
 from jupyter_cache import get_cache
@@ -45,9 +46,10 @@ def with_outputs(nb, path: str = "the notebook"):
     return merged
 
 
-def python_object_source(path: Path, name: str) -> str:
+def python_object_source(path: Path, name: str, *, docstring: bool = True) -> str:
     """Source of a top-level function or class (or Class.method) of a Python file, like Sphinx's
-    literalinclude :pyobject:."""
+    literalinclude :pyobject:; without its docstring when ``docstring`` is False (a deck shows
+    the code, the site the whole listing)."""
     text = path.read_text()
     body = ast.parse(text).body
     node = None
@@ -56,7 +58,13 @@ def python_object_source(path: Path, name: str) -> str:
         body = node.body
     lines = text.split("\n")
     start = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
-    return "\n".join(lines[start:node.end_lineno])
+    selected = list(range(start, node.end_lineno))
+    first = node.body[0] if node.body else None
+    if (not docstring and isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str) and len(node.body) > 1):
+        dropped = set(range(first.lineno - 1, first.end_lineno))
+        selected = [i for i in selected if i not in dropped]
+    return "\n".join(lines[i] for i in selected)
 
 
 class Citations:
@@ -131,13 +139,19 @@ def myst_to_markdown(source: str, cite: Citations) -> str:
         if name == "literalinclude":
             path = (BOOK / argument).resolve()
             if "pyobject" in options:
-                code = python_object_source(path, options["pyobject"])
+                # a deck shows the code; the docstring stays on the site
+                code = python_object_source(path, options["pyobject"], docstring=False)
             else:
-                code = path.read_text()
+                # like Sphinx: whole lines, from the first that holds start-at to the
+                # last before the first later line that holds end-before
+                lines = path.read_text().split("\n")
                 if "start-at" in options:
-                    code = code[code.index(options["start-at"]):]
+                    lines = lines[next(i for i, line in enumerate(lines) if options["start-at"] in line):]
                 if "end-before" in options:
-                    code = code[:code.index(options["end-before"])]
+                    lines = lines[:next(i for i, line in enumerate(lines) if options["end-before"] in line)]
+                code = "\n".join(lines)
+            if "dedent" in options:
+                code = textwrap.dedent(code)
             out += [f"```{options.get('language', 'python')}", code.rstrip("\n"), "```"]
         elif name == "math":
             out += ["$$", text, "$$"]
@@ -197,7 +211,8 @@ class BookToSlides(Preprocessor):
                     cell.source += f"\n\n<p class=\"posenc-subtitle\">{SUBTITLE}</p>"
             elif cell.cell_type == "code":
                 if tags & {"remove-input", "hide-input"}:
-                    cell.transient = {"remove_source": True}
+                    # nbconvert's templates read the flag from the cell's metadata
+                    cell.metadata["transient"] = {"remove_source": True}
                 if tags & {"remove-output", "hide-output"}:
                     cell.outputs = []
                 if "remove-stderr" in tags:

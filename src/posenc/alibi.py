@@ -32,8 +32,9 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
     """The head slopes m_1 … m_H of ALiBi (Press et al. 2022, §3).
 
     For H a power of two, the geometric sequence starting at 2^(−8/H) with that same
-    ratio:
-    for H = 8, 1/2, 1/4, …, 1/256. For other H, the paper's rule: the slopes of the
+    ratio: for H = 8, 1/2, 1/4, …, 1/256. For other H, the rule of the authors' code
+    (fairseq's ``get_slopes``; the paper trains only 8- and 16-head models and states
+    the geometric rule alone), which BLOOM and transformers copy: the slopes of the
     closest smaller power of two, P, followed by every other slope of 2P (its
     odd-indexed ones), until there are H.
 

@@ -143,7 +143,8 @@ def peak_rss(fn: Callable[[], object]) -> int:
 
 
 # ======================================================================================
-# The benchmarks behind the chapter "The cost of positions" (python -m posenc.bench)
+# The benchmarks behind book/cost.ipynb (RoPE) and book/cost_attention.ipynb (relative
+# biases, decoding): python -m posenc.bench
 # ======================================================================================
 #
 # Timings use torch.utils.benchmark (blocked_autorange: as many runs per block as fill

@@ -236,17 +236,32 @@ def heatmap(
 
 
 def perplexity_plot(
-    ax, results: dict[str, dict[int, float]], *, train_len: int, title: str = ""
+    ax,
+    results: dict[str, dict[int, float]],
+    *,
+    train_len: int,
+    title: str = "",
+    styles: dict | None = None,
 ):
-    """Validation perplexity against evaluation length, one line per scheme.
+    """Validation perplexity against evaluation length, one line per scheme, each with
+    its own colour and marker.
 
     Args:
         ax: the Axes. results: ``{scheme name: {length: perplexity}}``.
         train_len: the training length, marked with a vertical line.
+        styles: optional ``{scheme: matplotlib keyword arguments}``, merged over the
+            defaults (:data:`OKABE_ITO` colours and :data:`MARKERS` in turn).
     """
-    for name, by_len in results.items():
+    styles = styles or {}
+    for i, (name, by_len) in enumerate(results.items()):
         lengths = sorted(by_len)
-        ax.plot(lengths, [by_len[n] for n in lengths], marker="o", label=name)
+        kwargs = {
+            "color": OKABE_ITO[i % len(OKABE_ITO)],
+            "marker": MARKERS[i % len(MARKERS)],
+            "label": name,
+            **styles.get(name, {}),
+        }
+        ax.plot(lengths, [by_len[n] for n in lengths], **kwargs)
     ax.axvline(train_len, color="0.4", linestyle="--", linewidth=1)
     ax.text(
         train_len,
@@ -294,8 +309,14 @@ def memory_plot(
         floor_mib: values below it (a measure's noise floor, or 0) are drawn at it,
             since a log axis cannot show 0; default 1 KiB.
     """
-    for name, values in curves.items():
-        ax.plot(lengths, [max(v, floor_mib) for v in values], marker="o", label=name)
+    for i, (name, values) in enumerate(curves.items()):
+        ax.plot(
+            lengths,
+            [max(v, floor_mib) for v in values],
+            color=OKABE_ITO[i % len(OKABE_ITO)],
+            marker=MARKERS[i % len(MARKERS)],
+            label=name,
+        )
     ax.set_yscale("log")
     _length_axis(ax, list(lengths))
     ax.set(xlabel="sequence length T", ylabel="peak memory (MiB)", title=title)

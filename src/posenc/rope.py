@@ -359,12 +359,14 @@ def apply_rope_qk(
       output tensor costs page faults that can exceed the rotation itself on a CPU;
     * with ``fused=True``, runs one ``torch.compile``-d element-wise kernel per tensor
       instead (each element read once and written once in principle; the first call
-      per layout and shape compiles, seconds on a CPU). On the book's CPU inductor's
-      code for it was measured slower than the tiled passes; on a GPU it becomes one
-      Triton kernel.
+      per layout and shape compiles, seconds on a CPU). In the stored CPU run
+      (``make bench``) it was the fastest candidate, 1.6× the read-and-write floor
+      against 2.4× for the tiled passes (an earlier version that wrote the halves by
+      slice assignment was slower than them); on a GPU it becomes one Triton kernel.
 
     ``python -m posenc.bench`` measures it against transformers' eager path and the
-    read-and-write floor (the chapter "The cost of positions").
+    read-and-write floor (the chapter "The cost of positions: RoPE on a CPU",
+    book/cost.ipynb).
 
     Args:
         q: (..., T, head_dim) float queries, e.g. (B, H, T, d_h).

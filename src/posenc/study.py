@@ -302,7 +302,8 @@ def probe_batch(
       order, each followed by its value; the values are the targets (multi-query
       associative recall, Arora et al. 2023).
     * ``passkey``: noise with a marker and 5 key bytes at a uniformly random depth, then
-      a query marker; the 5 key bytes are the targets (Mohtashami & Jaggi 2023).
+      a query marker; the 5 key bytes are the targets (after Mohtashami & Jaggi
+      2023, whose filler is repeated sentences; here random bytes).
 
     Noise, keys and values come from disjoint byte ranges, so the answer is never
     ambiguous; the distance to retrieve over grows with ``seq_len``.
@@ -537,12 +538,13 @@ def window_losses(
     bytes; every ``block_every``-th block (counted over the whole split) is scored, at
     each window length E = m·L, by the window of E bytes that ends with the block
     (fewer near the start of a document: windows never cross a document boundary). Only
-    the block's L bytes are scored, so each byte is predicted with between E − L and
-    E − 1 bytes of context: the sliding-window evaluation with stride L of Press et al.
-    (2022, §B). A block with at least (max E − L) bytes before it in its document (the
-    largest E requested, also where the scheme cannot run it) is
-    *matched*: it is scored with exactly E − L preceding bytes at every E, so comparing
-    E's on matched blocks changes only the context, never the bytes scored.
+    the block's L bytes are scored, so each byte is predicted with between E − L + 1
+    and E bytes of context: the sliding-window evaluation of Press et al. (2022, §B.1),
+    here with stride L (their §B.2 uses stride 1). A block with at least (max E − L)
+    bytes before it in its document (the largest E requested, also where the scheme
+    cannot run it) is *matched*: it is scored with exactly E − L preceding bytes at
+    every E, so comparing E's on matched blocks changes only the context, never the
+    bytes scored.
 
     Args:
         model: a TinyLM. documents: uint8 tensors, one per file. train_length: L.

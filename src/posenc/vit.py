@@ -1006,7 +1006,7 @@ def results_table(rows: list[dict], confidence: float = 0.95) -> str:
 # --------------------------------------------------------------------------------------
 
 VIT_DIGITS = {"schemes": VIT_SCHEMES, "seeds": (0, 1, 2), "patch_size": 1}
-"""The book's runs, ``digits_experiment(**VIT_DIGITS)`` (book/rope_variants.ipynb):
+"""The book's runs, ``digits_experiment(**VIT_DIGITS)`` (book/rope_2d.ipynb):
 every 2-D scheme, three seeds, one pixel per token, so that the 16 × 16 test images
 change the positions and not what a token holds. Twelve runs of about 30 s each on
 one core: too long for every build, so they are stored in the repository
@@ -1192,7 +1192,7 @@ def load_digits_records(*, strict: bool = True) -> list[dict]:
 def load_digits_results(*, strict: bool = True) -> list[dict]:
     """The stored rows of ``digits_experiment(**VIT_DIGITS)``, as it would return
     them (one dict per scheme, seed and resolution), without training or a cache:
-    what the chapter "RoPE variants in today's models" reads.
+    what the chapter "Positions with several coordinates" (book/rope_2d) reads.
 
     Raises:
         posenc.study.StaleResultsError: as :func:`load_digits_records`.
