@@ -73,6 +73,21 @@ def test_starts_with_the_install_cell(nb):
     assert "posenc.get_device()" in source
 
 
+@pytest.mark.parametrize("chapter", chapters())
+def test_chapters_open_with_their_question_and_short_answer(chapter):
+    """The chapter template: the title, then (after the hidden install cell and speaker notes)
+    the question the chapter answers with its short answer, then what the reader will
+    understand ("In this chapter")."""
+    prose = [c for c in cells(ROOT / f"{chapter}.ipynb")
+             if c["cell_type"] == "markdown" and "remove-cell" not in c["metadata"].get("tags", [])]
+    question, objectives = ("".join(c["source"]) for c in prose[1:3])
+    assert "{admonition} Question" in question and ":class: posenc-question" in question, question[:200]
+    assert "**Short answer.**" in question
+    short = question.split("**Short answer.**", 1)[1].rsplit(":::", 1)[0]
+    assert 15 <= len(short.split()) <= 90, f"the short answer is two or three sentences ({len(short.split())} words)"
+    assert "In this chapter" in objectives
+
+
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
 def test_every_sympy_chapter_asserts(nb):
     code = "\n".join("".join(c["source"]) for c in cells(nb) if c["cell_type"] == "code")

@@ -154,6 +154,20 @@ def test_page(browser, base_url, page):
     screenshot(browser, f"{name}__phone.png", width=site_goals.PHONE_WIDTH)
 
 
+TOC_PAGES = [p for p in site_goals.toc_pages()]
+
+
+@pytest.mark.parametrize("page", TOC_PAGES)
+def test_page_reads_as_a_page(browser, base_url, page):
+    """The reader's goals (tests/site_goals.py) on every page of the table of contents."""
+    require((HTML / f"{page}.html").exists(), f"no {page}.html in {HTML}: run `make book` first")
+    measured = site_goals.measure_page(browser, f"{base_url}/{page}.html")
+    assert site_goals.failures(measured) == [], page
+    # the check can fail: a page's figures carry posenc.plotting's text metadata
+    figures = [f for f in measured["figures"] if f["cell"]]
+    assert all(f["text_px"] is not None for f in figures)
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_chapter_buttons_number_and_notebook(browser, base_url, chapter):
     """The Colab button opens this page's notebook on the repository's branch; the download button
@@ -221,6 +235,20 @@ def test_every_chapter_has_a_deck():
     assert {Path(d).name.removesuffix(".slides.html") for d in DECKS} == {Path(c).name for c in CHAPTERS}
 
 
+def deck_fragments(chapter: str) -> int:
+    """How many cells of a chapter's deck are fragments, from the notebook and the converter."""
+    import sys
+
+    import nbformat
+
+    sys.path.insert(0, str(ROOT / "book" / "_slides"))
+    import posenc_slides
+
+    path = next(ROOT / f"{c}.ipynb" for c in CHAPTERS if Path(c).name == chapter)
+    nb, _ = posenc_slides.BookToSlides(merge_outputs=False).preprocess(nbformat.read(path, as_version=4), {})
+    return sum(c.metadata.get("slideshow", {}).get("slide_type") == "fragment" for c in nb.cells)
+
+
 @pytest.mark.parametrize("deck", DECKS)
 def test_deck(browser, base_url, deck):
     browser.get(f"{base_url}/{deck}")
@@ -229,7 +257,9 @@ def test_deck(browser, base_url, deck):
         f"{deck}: reveal.js did not start")
     assert browser.execute_script("return Reveal.getTotalSlides()") >= 8
     assert browser.execute_script("return document.querySelectorAll('aside.notes').length") >= 3, "no speaker notes"
-    assert browser.execute_script("return document.querySelectorAll('.fragment').length") >= 1, "no fragments"
+    # a fragment on the deck for every cell the converter keeps as one (a derivation step)
+    fragments = browser.execute_script("return document.querySelectorAll('.fragment').length")
+    assert fragments >= deck_fragments(Path(deck).name.removesuffix(".slides.html")), "fragments missing"
     # the outputs of the book build: text and figures
     assert browser.execute_script("return document.querySelectorAll('.jp-OutputArea-output').length") >= 3
     assert browser.execute_script("return document.querySelectorAll('.jp-OutputArea-output img').length") >= 1
@@ -248,6 +278,13 @@ def test_deck(browser, base_url, deck):
         browser.execute_script(f"Reveal.slide({h}, {v}); Reveal.layout();")
         browser.execute_script("document.querySelectorAll('section.present .fragment').forEach(f => f.classList.add('visible'))")
         screenshot(browser, f"slides__{name}__{h}-{v}.png", full_page=False)
+
+
+@pytest.mark.parametrize("deck", DECKS)
+def test_every_slide_fits_the_slide(browser, base_url, deck):
+    """No slide's content is taller than the slide at the decks' 1280 × 800."""
+    measured = site_goals.measure_deck(browser, f"{base_url}/{deck}")
+    assert measured["tall"] == [], f"{deck}: slides taller than the slide (h, v, title, content, slide): {measured['tall']}"
 
 
 def test_teaching_page_links_every_deck(browser, base_url):
