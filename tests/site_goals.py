@@ -140,6 +140,8 @@ def measure_page(driver, url: str) -> dict:
     figures = figure_text(raw["images"], raw["column"])
     sizes = [f["text_px"] for f in figures if f["text_px"] is not None]
     driver.set_window_size(PHONE_WIDTH, SCREEN[1])
+    driver.get(url)  # laid out for a phone from the start
+    driver.execute_async_script(LOAD_ALL_IMAGES)
     phone_width = driver.execute_script("return document.documentElement.scrollWidth")
     phone_inner = driver.execute_script("return window.innerWidth")
     driver.set_window_size(*SCREEN)

@@ -26,11 +26,11 @@ def notebooks():
 def page_kind(doc: str) -> str:
     """A notebook page's kind, from its metadata ``posenc.kind``: ``"chapter"`` (the
     default) follows the chapter template — exercises, a deck, a lecture plan, a
-    clean-environment run — and ``"reference"`` (the claims ledger) is a page that
-    the chapters link to, exempt from them."""
+    clean-environment run — while ``"tour"`` (the 20-minute tour) and ``"reference"``
+    (the claims ledger) are pages the chapters link to, exempt from them."""
     metadata = json.loads((ROOT / f"{doc}.ipynb").read_text()).get("metadata", {})
     kind = metadata.get("posenc", {}).get("kind", "chapter")
-    assert kind in ("chapter", "reference"), f"{doc}: unknown page kind {kind!r}"
+    assert kind in ("chapter", "tour", "reference"), f"{doc}: unknown page kind {kind!r}"
     return kind
 
 

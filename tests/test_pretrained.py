@@ -56,7 +56,7 @@ def test_an_unreachable_index_is_a_clear_error(tmp_path, monkeypatch):
 
 def test_the_configuration_in_the_books_notation(smollm2):
     model, _ = smollm2
-    assert pretrained.rope_config(model) == {
+    assert pretrained.rope_config(model) == pretrained.ROPE_CONFIGS["smollm2"] == {
         "base": 100000.0,
         "head_dim": 64,
         "rotary_dim": 64,

@@ -72,3 +72,26 @@ def test_the_stored_runs_agree_where_they_overlap():
         torch.testing.assert_close(extended, first, rtol=0, atol=1e-4)
     check = buckets("check", "prose", 0, 1024 - 64)
     torch.testing.assert_close(check, buckets("context", "prose", 0, 1024 - 64), rtol=0, atol=1e-4)
+
+
+def test_range_perplexity_weights_each_position_once():
+    import math
+
+    import pandas as pd
+
+    from posenc.pretrained_study import BUCKET, range_perplexity
+
+    # one run of 2·BUCKET tokens: 2·BUCKET − 1 predictions, the last bucket one short
+    df = pd.DataFrame([
+        {"experiment": "extension", "text": "prose", "tokens": 2 * BUCKET, "chunk": 0, "method": "none",
+         "position": 0, "loss": 1.0},
+        {"experiment": "extension", "text": "prose", "tokens": 2 * BUCKET, "chunk": 0, "method": "none",
+         "position": BUCKET, "loss": 2.0},
+    ])
+    expected = math.exp((BUCKET * 1.0 + (BUCKET - 1) * 2.0) / (2 * BUCKET - 1))
+    assert range_perplexity(df, text="prose", method="none", start=0, stop=2 * BUCKET) == pytest.approx(expected)
+    assert range_perplexity(df, text="prose", method="none", start=BUCKET, stop=2 * BUCKET) == pytest.approx(math.e**2)
+    with pytest.raises(ValueError, match="multiples of"):
+        range_perplexity(df, text="prose", method="none", start=1, stop=BUCKET)
+    with pytest.raises(ValueError, match="no stored"):
+        range_perplexity(df, text="code", method="none", start=0, stop=BUCKET)

@@ -101,6 +101,10 @@ def console_errors(driver) -> list[str]:
 
 
 def screenshot(driver, name: str, full_page: bool = True, width: int = 1280):
+    if width != driver.get_window_size()["width"]:
+        driver.set_window_size(width, 900)
+        driver.get(driver.current_url)  # laid out for this width from the start, as a phone loads it
+        driver.execute_async_script(LOAD_ALL_IMAGES)
     driver.set_window_size(width, 900)
     if full_page:
         height = driver.execute_script("return document.documentElement.scrollHeight")
@@ -294,3 +298,53 @@ def test_teaching_page_links_every_deck(browser, base_url):
     assert linked == {f"{Path(c).name}.slides.html" for c in CHAPTERS}
     for href in {h for h in hrefs if h and h.endswith(".slides.html")}:
         assert (HTML / "book" / href).resolve().exists(), f"teaching page links a missing deck: {href}"
+
+
+def test_the_rope_lecture_links_open_the_slides_it_names(browser, base_url):
+    """Each slide link of the 90-minute RoPE lecture opens its deck at a slide that shows the text
+    of the link (a title or a phrase of the slide)."""
+    browser.get(f"{base_url}/book/teaching.html")
+    links = browser.execute_script(
+        "const s = document.getElementById('a-90-minute-rope-lecture');"
+        "return Array.from(s.querySelectorAll('a')).filter(a => a.getAttribute('href').includes('.slides.html#/'))"
+        ".map(a => [a.getAttribute('href'), a.textContent.trim()]);")
+    assert len(links) >= 15
+    for href, text in links:
+        browser.get(f"{base_url}/book/{href}")
+        WebDriverWait(browser, 20).until(
+            lambda d: d.execute_script("return !!(window.Reveal && Reveal.isReady && Reveal.isReady())"))
+        indices = [int(x) for x in href.split("#/")[1].split("/")]
+        shown = browser.execute_script(
+            f"Reveal.slide({indices[0]}, {indices[1] if len(indices) > 1 else 0});"
+            "return Reveal.getCurrentSlide().textContent.replace(/\\s+/g, ' ').replace(/¶/g, '')")
+        def plain(t):
+            return t.lower().replace("’", "'").replace("‘", "'")
+
+        assert plain(text) in plain(shown), f"{href}: {text!r} not on the slide ({shown[:120]!r})"
+
+
+@pytest.mark.parametrize("query", ["rope_scaling", "partial_rotary_factor", "rope_parameters"])
+def test_search_finds_what_practitioners_type(browser, base_url, query):
+    browser.get(f"{base_url}/search.html?q={query}")
+    found = WebDriverWait(browser, 20).until(
+        lambda d: d.execute_script(
+            "const r = Array.from(document.querySelectorAll('#search-results li a')).map(a => a.getAttribute('href'));"
+            "return r.length ? r : false"), f"the search page found nothing for {query!r}")
+    assert any("cheatsheet" in href for href in found), f"{query}: the cheat-sheet is not among {found[:8]}"
+
+
+@pytest.mark.parametrize("page", ["book/intro", "book/tour", "book/cheatsheet", "book/teaching"])
+def test_every_link_to_a_section_resolves(browser, base_url, page):
+    """Internal links of the entry pages that name a section (#anchor) land on an element with that id."""
+    require((HTML / f"{page}.html").exists(), f"no {page}.html")
+    browser.get(f"{base_url}/{page}.html")
+    targets = browser.execute_script(
+        "return Array.from(document.querySelectorAll('article a[href*=\"#\"]')).map(a => a.href)"
+        ".filter(h => h.startsWith(location.origin) && !h.includes('.slides.html'))")
+    assert targets, f"{page}: no section links"
+    for url in sorted(set(targets)):
+        path, anchor = url.split("#", 1)
+        if not anchor:
+            continue
+        browser.get(path)
+        assert browser.execute_script("return !!document.getElementById(arguments[0])", anchor), f"{page}: {url} has no #{anchor}"

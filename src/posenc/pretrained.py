@@ -271,6 +271,24 @@ def _attention_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return [layer.self_attn for layer in layers]
 
 
+#: Each model's positional configuration as :func:`rope_config` reads it from the
+#: loaded model (tests/test_pretrained.py holds the two equal), for pages that describe
+#: a model without loading it.
+ROPE_CONFIGS = {
+    "smollm2": {
+        "base": 100000.0,
+        "head_dim": 64,
+        "rotary_dim": 64,
+        "num_heads": 9,
+        "num_key_value_heads": 3,
+        "num_layers": 30,
+        "max_position_embeddings": 8192,
+        "layout": "half",
+        "rope_type": "default",
+    },
+}
+
+
 def rope_config(model: torch.nn.Module) -> dict:
     """A Llama-style model's positional configuration in the book's notation.
 
@@ -716,6 +734,7 @@ __all__ = [
     "MODELS",
     "PretrainedUnavailableError",
     "PretrainedWheel",
+    "ROPE_CONFIGS",
     "TEXTS",
     "code_text",
     "fetch",

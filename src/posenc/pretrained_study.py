@@ -299,6 +299,49 @@ def load_results(*, strict: bool = True):
     return pd.DataFrame(rows)
 
 
+def range_perplexity(
+    df, *, text: str, method: str, start: int, stop: int, experiment: str = "extension"
+) -> float:
+    """Perplexity over the predicted positions ``start`` … ``stop − 1`` of stored runs:
+    the exponential of the mean loss per token, every bucket weighted by the positions
+    it holds (the last bucket of a run holds one position less: the last token predicts
+    nothing), averaged over the runs' chunks alike.
+
+    Args:
+        df: :func:`load_results`. text: ``"prose"`` or ``"code"``. method: a key of
+            :func:`methods` (``"none"``, ``"linear"``, ``"yarn"``, ...). start, stop:
+            a range of positions, multiples of :data:`BUCKET`. experiment: which runs.
+
+    Raises:
+        ValueError: no stored bucket in the range, or a bound not a multiple of
+            :data:`BUCKET`.
+    """
+    import math
+
+    if start % BUCKET or stop % BUCKET:
+        raise ValueError(
+            f"start and stop must be multiples of {BUCKET}, got {start}, {stop}"
+        )
+    rows = df[
+        (df["experiment"] == experiment)
+        & (df["text"] == text)
+        & (df["method"] == method)
+        & (df["position"] >= start)
+        & (df["position"] < stop)
+    ]
+    if rows.empty:
+        raise ValueError(
+            f"no stored {experiment} run of {text!r} with method {method!r} covers "
+            f"positions {start} … {stop - 1}"
+        )
+    weights = [
+        min(BUCKET, tokens - 1 - position)
+        for tokens, position in zip(rows["tokens"], rows["position"])
+    ]
+    loss = sum(w * v for w, v in zip(weights, rows["loss"])) / sum(weights)
+    return math.exp(loss)
+
+
 def provenance() -> list[dict]:
     """Each stored run's label and provenance (versions, machine, date, seconds)."""
     return [

@@ -1,0 +1,198 @@
+"""book/cheatsheet.md states real values; each is checked here against the package, the config
+classes of transformers 5 and the stored SmolLM2 runs, so that the page cannot drift.
+
+Every test names the exact text it checks on the page (``on_page``) and then verifies the fact
+behind it: change the page's value or the code's behaviour, and a test fails.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = (ROOT / "book" / "cheatsheet.md").read_text()
+TEXT = re.sub(r"\s+", " ", PAGE)
+
+transformers = pytest.importorskip("transformers")
+
+
+def on_page(*snippets: str) -> None:
+    for snippet in snippets:
+        assert re.sub(r"\s+", " ", snippet) in TEXT, f"the cheat-sheet no longer says: {snippet!r}"
+
+
+def config(cls, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return getattr(transformers, cls)(**kwargs)
+
+
+def test_every_row_links_a_section_and_is_in_the_index():
+    rows = re.findall(r"^\((cs-[\w-]+)\)=\n## ", PAGE, flags=re.M)
+    assert len(rows) >= 9
+    for label in rows:
+        assert f"{{ref}}`{label}`" in PAGE, f"{label} is missing from the list of symptoms"
+    sections = re.split(r"^\(cs-[\w-]+\)=\n", PAGE, flags=re.M)[1:]
+    for section in sections:
+        assert re.search(r"\{ref\}`(?!cs-)[\w-]+`", section), f"a row links no section: {section[:60]!r}"
+        for part in ("**Symptom.**", "**Cause.**", "**Fix.**"):
+            assert part in section, f"{part} missing in {section[:60]!r}"
+
+
+def test_past_the_context_smollm2_values_are_the_stored_runs():
+    from posenc.pretrained_study import load_results, range_perplexity
+
+    df = load_results()
+    L = 8192
+
+    def ppl(text, method, start, stop):
+        return range_perplexity(df, text=text, method=method, start=start, stop=stop)
+
+    values = {
+        "10.27": ppl("prose", "none", 0, L), "75.94": ppl("prose", "none", L, 2 * L),
+        "9.66": ppl("prose", "yarn", L, 2 * L), "31.26": ppl("prose", "linear", L, 2 * L),
+        "61.69": ppl("code", "none", L, 2 * L), "5.56": ppl("code", "yarn", L, 2 * L),
+        "20.52": ppl("code", "linear", L, 2 * L),
+    }
+    for shown, value in values.items():
+        assert f"{value:.2f}" == shown
+    on_page("perplexity 10.27 on its first 8,192 positions and 75.94 on the next 8,192",
+            "the same positions score 9.66, and linear interpolation (`\"rope_type\": \"linear\"`, PI) 31.26",
+            "On Python code the three are 61.69, 5.56 and 20.52")
+    # inside the context: PI triples perplexity, the others cost at most 9 %
+    inside = {m: ppl("prose", m, 0, L) / ppl("prose", "none", 0, L) for m in ("linear", "yarn", "ntk", "dynamic", "llama3")}
+    assert f"{inside['linear']:.1f}" == "3.0"
+    assert max(abs(v - 1) for m, v in inside.items() if m != "linear") <= 0.09
+    on_page("multiplies perplexity by 3.0 on prose", "cost at most 9 %")
+
+
+def test_rope_types_are_transformers_and_ntk_is_posencs_own():
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from posenc.scaling import ROPE_TYPES, TRANSFORMERS_ROPE_TYPES
+
+    assert set(ROPE_INIT_FUNCTIONS) == {"linear", "dynamic", "yarn", "llama3", "longrope", "proportional"}
+    assert "ntk" in ROPE_TYPES and "ntk" not in ROPE_INIT_FUNCTIONS and "ntk" not in TRANSFORMERS_ROPE_TYPES
+    on_page('transformers 5 knows `"linear"` (position interpolation), `"dynamic"`', '`"yarn"`, `"llama3"`, `"longrope"` and `"proportional"`',
+            'The static `"ntk"` type used in this book is `posenc`\'s own name')
+
+
+def test_original_max_position_embeddings(caplog):
+    from transformers.utils import logging as hf_logging
+
+    c = config("LlamaConfig", max_position_embeddings=131072, rope_parameters={
+        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
+    p = c.rope_parameters
+    assert p["factor"] == 8.0 and p["original_max_position_embeddings"] == 8192
+    # Llama 3.1's factor is not the ratio of the contexts: 131072 / 8192 = 16
+    assert c.max_position_embeddings // p["original_max_position_embeddings"] == 16
+    on_page("Llama 3.1: `factor` 8.0, `original_max_position_embeddings` 8192, `max_position_embeddings` 131072",
+            "its `factor` is not the ratio of the two contexts (16)")
+    # YaRN warns when factor and the two contexts disagree
+    hf_logging.enable_propagation()
+    try:
+        with caplog.at_level("WARNING"):
+            config("LlamaConfig", max_position_embeddings=2048, rope_parameters={
+                "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192, "rope_theta": 1e4})
+    finally:
+        hf_logging.disable_propagation()
+    assert "does not match the ratio" in caplog.text
+    on_page("transformers warns that the explicit `factor` of `\"yarn\"` does not match")
+
+
+def test_llama3_low_and_high_freq_factors_select_by_wavelength():
+    import math
+
+    from posenc.scaling import rope_inv_freq
+
+    head_dim, base = 128, 500000.0
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192}
+    plain, _ = rope_inv_freq(head_dim, base)
+    scaled, _ = rope_inv_freq(head_dim, base, scaling)
+    wavelength = 2 * math.pi / plain
+    kept, slowed = wavelength < 8192 / 4, wavelength > 8192 / 1
+    assert kept.any() and slowed.any() and (~(kept | slowed)).any()
+    torch.testing.assert_close(scaled[kept], plain[kept])
+    torch.testing.assert_close(scaled[slowed], plain[slowed] / 8)
+    between = ~(kept | slowed)
+    assert ((scaled[between] < plain[between]) & (scaled[between] > plain[between] / 8)).all()
+    on_page("pairs with $\\lambda_i < 8192 / 4 = 2048$ keep their frequency",
+            "pairs with $\\lambda_i > 8192 / 1 = 8192$ are slowed 8 times")
+
+
+def test_layouts_and_the_gguf_permutation():
+    from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor
+
+    from posenc.layout import pair_permutation
+
+    num_heads, head_dim, d = 2, 8, 16
+    w = torch.randn(num_heads * head_dim, d)
+    # posenc: half-layout rows are the interleaved rows permuted within each head
+    perm = pair_permutation(head_dim)
+    interleaved = torch.cat([w[h * head_dim:(h + 1) * head_dim][perm.argsort()] for h in range(num_heads)])
+    hf = LlamaTensorProcessor.__new__(LlamaTensorProcessor)
+    back = torch.as_tensor(hf._reverse_permute_weights(interleaved.numpy(), num_heads, num_heads))
+    torch.testing.assert_close(back, w)  # transformers' GGUF loader undoes exactly that permutation
+    on_page('pair features $(2i, 2i + 1)$ ("interleaved")', 'pair $(i, i + d/2)$ ("half", `rotate_half`)',
+            "transformers' GGUF loader permutes them back")
+
+
+def test_bf16_rounds_positions():
+    assert torch.tensor(1081.0).bfloat16().item() == 1080.0
+    assert torch.tensor(257.0).bfloat16().item() != 257.0 and torch.tensor(256.0).bfloat16().item() == 256.0
+    spacing = {torch.tensor(float(p)).bfloat16().item() for p in range(1024, 2048)}
+    assert all(v % 8 == 0 for v in spacing)
+    assert torch.finfo(torch.bfloat16).bits - torch.finfo(torch.bfloat16).bits + 8 == 8
+    on_page("between 1024 and 2048 positions are rounded to multiples of 8 (1081 becomes 1080)",
+            "above 256 not every integer is representable")
+
+
+def test_partial_rotary_factor_two_meanings():
+    from posenc.scaling import rope_inv_freq_from_config
+
+    neox = config("GPTNeoXConfig")
+    phi = config("PhiConfig")
+    assert neox.rope_parameters["partial_rotary_factor"] == 0.25
+    assert phi.rope_parameters["partial_rotary_factor"] == 0.5
+    head_dim = 64
+    for cfg in (neox, phi):
+        p = cfg.rope_parameters["partial_rotary_factor"]
+        inv, _ = rope_inv_freq_from_config(cfg.rope_parameters, head_dim)
+        rotary_dim = int(head_dim * p)
+        theta = cfg.rope_parameters["rope_theta"]
+        expected = theta ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)
+        torch.testing.assert_close(inv.double(), expected, rtol=1e-6, atol=0)  # exponents over rotary_dim
+    gemma4 = config("Gemma4TextConfig").rope_parameters["full_attention"]
+    assert gemma4["rope_type"] == "proportional" and gemma4["partial_rotary_factor"] == 0.25
+    inv, _ = rope_inv_freq_from_config(gemma4, head_dim)
+    rotated = int(head_dim * 0.25) // 2
+    expected = gemma4["rope_theta"] ** (-torch.arange(0, 2 * rotated, 2, dtype=torch.float64) / head_dim)
+    torch.testing.assert_close(inv[:rotated].double(), expected, rtol=1e-6, atol=0)  # exponents over head_dim
+    assert (inv[rotated:] == 0).all() and len(inv) == head_dim // 2
+    on_page("GPT-NeoX (factor 0.25; older checkpoints call it `rotary_pct`) and Phi (0.5)",
+            "Gemma 4's `\"proportional\"` type (factor 0.25 on its full-attention layers) keeps the exponents over `head_dim`")
+
+
+def test_rope_scaling_becomes_rope_parameters_and_per_layer_dicts():
+    from posenc.scaling import rope_inv_freq_from_config
+
+    v4 = config("LlamaConfig", rope_theta=500000.0, max_position_embeddings=32768,
+                rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192})
+    v5 = config("LlamaConfig", max_position_embeddings=32768, rope_parameters={
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192, "rope_theta": 500000.0})
+    assert v4.rope_parameters == v5.rope_parameters
+    assert v4.rope_parameters["rope_theta"] == 500000.0
+    a = rope_inv_freq_from_config(v4.rope_parameters, 128, max_position_embeddings=32768)
+    b = rope_inv_freq_from_config(v5.rope_parameters, 128, max_position_embeddings=32768)
+    torch.testing.assert_close(a[0], b[0])
+    gemma3 = config("Gemma3TextConfig").rope_parameters
+    assert gemma3["sliding_attention"]["rope_theta"] == 10000.0 and gemma3["full_attention"]["rope_theta"] == 1000000.0
+    on_page('Gemma 3 has `"sliding_attention"` with `rope_theta` 10000 and `"full_attention"` with 1000000',
+            'Gemma 4 adds `"proportional"` with `partial_rotary_factor` 0.25')
