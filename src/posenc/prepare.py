@@ -36,6 +36,7 @@ import torch
 
 from .experiments import SCALES, BookRun, book_runs, experiment_config
 from .train import REQUIRE_CACHED_ENV, cache_dir, cache_key, tqdm
+from .utils import usable_cpus
 
 
 def run_key(run: BookRun, corpus, scale: str) -> str:
@@ -90,7 +91,7 @@ def _workers(workers: int | None, device: str) -> int:
         ValueError: workers < 1.
     """
     if workers is None:
-        return 1 if device != "cpu" else len(os.sched_getaffinity(0))
+        return 1 if device != "cpu" else usable_cpus()
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     return workers
@@ -264,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"trained {len(seconds)} runs in {total:.0f} s wall "
             f"({sum(seconds.values()):.0f} s of process time "
-            f"over {args.workers or len(os.sched_getaffinity(0))} workers × "
+            f"over {args.workers or usable_cpus()} workers × "
             f"{args.threads} threads); "
             f"weights in {cache_dir()}"
         )

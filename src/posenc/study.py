@@ -45,7 +45,7 @@ from .model import LAYER_PRESETS, ModelConfig, TinyLM, layer_preset
 from .prepare import worker_pool
 from .schemes import available_schemes
 from .train import TrainConfig, cache_key, fit, scheme_arguments, tqdm, train
-from .utils import get_device, seed_everything
+from .utils import get_device, seed_everything, usable_cpus
 
 #: Bump when a change to the study's code (not to a scheme) changes its results.
 STUDY_VERSION = 1
@@ -592,8 +592,8 @@ def window_losses(
                     F.cross_entropy(
                         model(x).float().transpose(1, 2), y, reduction="none"
                     )
-                    .double()
                     .cpu()
+                    .double()
                 )
                 idx = torch.tensor([i for _, _, i in chunk])
                 block_loss[idx] = loss[:, -train_length:].mean(1)
@@ -885,7 +885,7 @@ def run_study(
     if preset not in PRESETS:
         raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
     if workers is None:
-        workers = 1 if device != "cpu" else len(os.sched_getaffinity(0))
+        workers = 1 if device != "cpu" else usable_cpus()
     folder = results_dir(name if preset == "cpu" else f"{name}-{preset}")
     corpus = study_corpus()
     wall = _execute_all(
@@ -1207,7 +1207,7 @@ def reproduce(
             run.preset
         ]["train"]["seq_len"]:
             wanted.append(run)
-    workers = workers or min(len(wanted), len(os.sched_getaffinity(0)))
+    workers = workers or min(len(wanted), usable_cpus())
     with worker_pool(workers, threads, then=_private_weight_cache) as pool:
         fresh = list(pool.map(_run_cell, wanted, [device] * len(wanted)))
     out = []

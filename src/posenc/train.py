@@ -37,7 +37,7 @@ from ._checks import check_int
 from .data import Corpus, eval_windows, get_batch, load_stdlib_corpus
 from .model import ModelConfig, TinyLM
 from .schemes import get_scheme_class
-from .utils import get_device, seed_everything
+from .utils import cpu_float64, get_device, seed_everything
 
 #: When this environment variable is "1", :func:`train` loads from the cache or raises:
 #: the book's build (the Makefile) sets it, so that a notebook cell never trains
@@ -421,7 +421,7 @@ def evaluate(
     losses = token_losses(
         model, data, seq_len, max_tokens=max_tokens, batch_size=batch_size
     )
-    return EvalResult(seq_len, float(losses.double().mean()), losses.numel())
+    return EvalResult(seq_len, float(cpu_float64(losses).mean()), losses.numel())
 
 
 def loss_by_position(
