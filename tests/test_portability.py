@@ -115,3 +115,41 @@ def test_the_declared_floor_is_the_checked_one():
     for package, needed in _versions.MINIMUM.items():
         assert f'"{package}>={needed}"' in text
     assert f'"transformers>={_versions.MINIMUM_OPTIONAL["transformers"]}"' in text
+
+
+def test_a_cuda_machine_verifies_the_stored_cpu_study(monkeypatch):
+    """`make book` on a CUDA machine: the study the book reads is the cpu preset's."""
+    from posenc import study
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert study.main(["--verify"]) == 0
+
+
+def test_the_large_scale_is_an_explicit_opt_in(monkeypatch):
+    from posenc import experiments
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.delenv(experiments.SCALE_ENV, raising=False)
+    assert experiments.book_scale() == "small"  # a GPU does not switch it on
+    monkeypatch.setenv(experiments.SCALE_ENV, "large")
+    assert experiments.book_scale() == "large"
+    monkeypatch.setenv(experiments.SCALE_ENV, "huge")
+    with pytest.raises(ValueError, match="POSENC_SCALE='huge'"):
+        experiments.book_scale()
+
+
+def test_scoring_bounds_the_tokens_per_forward_pass(monkeypatch):
+    from posenc.model import ModelConfig, TinyLM
+    from posenc.train import token_losses
+
+    model = TinyLM(ModelConfig(scheme="rope", d_model=16, num_heads=2, num_layers=1)).eval()
+    seen = []
+    original = model.forward
+    monkeypatch.setattr(model, "forward", lambda x, *a, **k: (seen.append(tuple(x.shape)), original(x, *a, **k))[1])
+    data = torch.randint(0, 256, (20_000,), dtype=torch.uint8)
+    small = token_losses(model, data, 64, max_tokens=4096, batch_tokens=8192)
+    assert max(b for b, _ in seen) == 16  # short windows: 16 at a time, as before
+    seen.clear()
+    bounded = token_losses(model, data, 2048, max_tokens=16384, batch_tokens=8192)
+    assert max(b * t for b, t in seen) <= 8192 and bounded.shape == (8, 2048)
+    assert small.shape == (64, 64)

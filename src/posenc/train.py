@@ -449,6 +449,12 @@ class EvalResult:
         return self.loss / math.log(2)
 
 
+#: Tokens per forward pass at most when scoring (:func:`token_losses`): the book's
+#: small scale scores 16 windows of up to 512 bytes at once, as before; longer windows
+#: go in smaller batches (the large scale's 8 × 256 = 2048 bytes, 4 at a time).
+EVAL_BATCH_TOKENS = 8192
+
+
 @torch.no_grad()
 def token_losses(
     model: TinyLM,
@@ -457,6 +463,7 @@ def token_losses(
     *,
     max_tokens: int = 32768,
     batch_size: int = 16,
+    batch_tokens: int = EVAL_BATCH_TOKENS,
 ) -> torch.Tensor:
     """Next-byte cross-entropy (nats) at every position of every evaluation window.
 
@@ -466,7 +473,9 @@ def token_losses(
     Args:
         model: a TinyLM. data: uint8 (N,) bytes. seq_len: window length T (may exceed
         the training length). max_tokens: bytes to score. batch_size: windows per
-        forward pass.
+        forward pass, at most; fewer when ``batch_size · seq_len`` would exceed
+        ``batch_tokens``, so that memory stays bounded at long lengths (a score
+        matrix grows with T²).
 
     Returns:
         float32 tensor (num_windows, seq_len) on the CPU.
@@ -476,6 +485,8 @@ def token_losses(
         learned table shorter than ``seq_len``).
     """
     batch_size = check_int("batch_size", batch_size, minimum=1)
+    batch_tokens = check_int("batch_tokens", batch_tokens, minimum=1)
+    batch_size = max(1, min(batch_size, batch_tokens // seq_len))
     x_all, y_all = eval_windows(data, seq_len, max_tokens)
     device = next(model.parameters()).device
     was_training = model.training
