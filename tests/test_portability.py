@@ -153,3 +153,20 @@ def test_scoring_bounds_the_tokens_per_forward_pass(monkeypatch):
     bounded = token_losses(model, data, 2048, max_tokens=16384, batch_tokens=8192)
     assert max(b * t for b, t in seen) <= 8192 and bounded.shape == (8, 2048)
     assert small.shape == (64, 64)
+
+
+def test_the_book_pins_are_requirements_txt(monkeypatch):
+    pins = dict(line.split("==") for line in (ROOT / "requirements.txt").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
+    for name, version in _versions.BOOK_PINS.items():
+        assert pins[name] == version
+    # installs only what is missing or at another version, by version
+    calls = []
+    monkeypatch.setattr("subprocess.check_call", lambda cmd: calls.append(cmd))
+    monkeypatch.setattr(_versions, "installed_version",
+                        lambda d: {"transformers": _versions.BOOK_PINS["transformers"], "gguf": "0.10.0"}.get(d))
+    assert _versions.ensure_installed("transformers", "gguf", "accelerate") == [
+        f"gguf=={_versions.BOOK_PINS['gguf']}", f"accelerate=={_versions.BOOK_PINS['accelerate']}"]
+    assert calls[0][1:4] == ["-m", "pip", "install"]
+    with pytest.raises(ValueError, match="no pinned version"):
+        _versions.ensure_installed("numpy")

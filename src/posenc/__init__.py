@@ -26,6 +26,7 @@ from .schemes import (  # noqa: E402
     build_scheme,
     register_scheme,
 )
+from ._versions import ensure_installed  # noqa: E402
 from .utils import get_device, seed_everything  # noqa: E402
 
 __version__ = "0.1.0"
@@ -34,6 +35,7 @@ __all__ = [
     "PositionalScheme",
     "available_schemes",
     "build_scheme",
+    "ensure_installed",
     "get_device",
     "register_scheme",
     "seed_everything",

@@ -61,3 +61,54 @@ def check(installed: dict[str, str] | None = None) -> None:
     ]
     if problems:
         raise ImportError("\n".join(problems))
+
+
+#: The versions of the optional packages the book's chapters were checked with (the
+#: pins of requirements.txt): a chapter installs exactly these when it needs them
+#: (:func:`ensure_installed`), so that Colab, a laptop and CI run the same code.
+BOOK_PINS = {"transformers": "5.23.0", "gguf": "0.19.0", "accelerate": "1.15.0"}
+
+
+def installed_version(distribution: str) -> str | None:
+    """The installed version of a distribution, or None."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return None
+
+
+def ensure_installed(*distributions: str, quiet: bool = True) -> list[str]:
+    """Install the book's pinned version (:data:`BOOK_PINS`) of each distribution
+    that is missing or at another version, with pip, in this Python: how every chapter
+    installs transformers, gguf and accelerate (by version, never by presence).
+
+    Args:
+        distributions: names of :data:`BOOK_PINS`. quiet: pass ``--quiet`` to pip.
+
+    Returns:
+        The requirements installed now (empty when every pin was already there).
+
+    Raises:
+        ValueError: a name that has no pin. subprocess.CalledProcessError: pip failed.
+    """
+    import importlib
+    import subprocess
+    import sys
+
+    unknown = [d for d in distributions if d not in BOOK_PINS]
+    if unknown:
+        raise ValueError(
+            f"no pinned version for {unknown}: choose from {sorted(BOOK_PINS)}"
+        )
+    wanted = [
+        f"{d}=={BOOK_PINS[d]}"
+        for d in distributions
+        if installed_version(d) != BOOK_PINS[d]
+    ]
+    if wanted:
+        command = [sys.executable, "-m", "pip", "install", *wanted]
+        subprocess.check_call(command + (["--quiet"] if quiet else []))
+        importlib.invalidate_caches()
+    return wanted
