@@ -66,7 +66,12 @@ def check(installed: dict[str, str] | None = None) -> None:
 #: The versions of the optional packages the book's chapters were checked with (the
 #: pins of requirements.txt): a chapter installs exactly these when it needs them
 #: (:func:`ensure_installed`), so that Colab, a laptop and CI run the same code.
-BOOK_PINS = {"transformers": "5.23.0", "gguf": "0.19.0", "accelerate": "1.15.0"}
+BOOK_PINS = {
+    "transformers": "5.23.0",
+    "gguf": "0.19.0",
+    "accelerate": "1.15.0",
+    "rotary-embedding-torch": "0.9.1",
+}
 
 
 def installed_version(distribution: str) -> str | None:
