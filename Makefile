@@ -82,23 +82,27 @@ test: pytest prepare study-check notebooks clean-env-tests strict-book slides si
 # `make study` computes what is missing (resumable, one file per run); the book build fails when
 # the stored results do not cover the current grid (study-verify), and `make test` also reruns a
 # sample from scratch and requires the stored values back within a tolerance (study-check).
+# The preset is named: the book reads the cpu study on every machine, a GPU included.
 study: $(STAMP)
-	$(BIN)/python -m posenc.study
+	$(BIN)/python -m posenc.study --preset cpu
 	$(BIN)/python -m posenc.pretrained_study
 	$(BIN)/python -m posenc.vit
 
 study-verify: $(STAMP)
-	$(BIN)/python -m posenc.study --verify
+	$(BIN)/python -m posenc.study --verify --preset cpu
 	$(BIN)/python -m posenc.pretrained_study --verify
 	$(BIN)/python -m posenc.vit --verify
 
+# ... and the shipped weights: rope and alibi retrained from scratch (posenc.prepare --check)
 study-check: $(STAMP)
-	$(BIN)/python -m posenc.study --check
+	$(BIN)/python -m posenc.study --check --preset cpu
 	$(BIN)/python -m posenc.pretrained_study --check
 	$(BIN)/python -m posenc.vit --check
+	$(BIN)/python -m posenc.prepare --check
 
 # The benchmarks of the chapter "The cost of positions" (python -m posenc.bench), stored with
-# their provenance in src/posenc/results/bench/cpu.json, with one torch thread (BENCH_CONFIG):
+# their provenance in src/posenc/results/bench/<device type>.json (the book reads cpu.json),
+# with one torch thread (BENCH_CONFIG):
 # run them on an otherwise idle machine.
 bench: $(STAMP)
 	$(BIN)/python -m posenc.bench --save

@@ -1,14 +1,14 @@
-"""The Colab path, from a clean environment: each chapter notebook is copied alone into an empty
-folder and executed there by a Python in which posenc is not installed, so that only the
-notebook's own install cell can make it work.
-
-The clean Python is a fresh virtual environment that shares this project's installed packages
-(torch and the rest, to save time) minus every trace of posenc. ``POSENC_INSTALL_SOURCE`` points the
-install cell at a wheel built once per test session from a copy of this checkout's package
-(pyproject.toml, README.md, src/), so the notebook runs against the working tree; without the
-variable the cell installs from the repository's git URL, as on Colab, where pip builds the same
-wheel from the same files (built once here instead of in every chapter's cell: about 10 s less a
-chapter, and the same build tested). Trained weights come from the shared cache (POSENC_CACHE_DIR).
+"""The Colab path: each chapter notebook is copied alone into an empty folder and executed by a
+fresh Python that has only what a Colab runtime already has — torch, numpy, matplotlib, pip, the
+notebook kernel and what they need, taken from this project's environment (torch from its local
+wheel) — and not posenc, not transformers, not pandas, scipy or safetensors. The notebook's own
+first cell must install posenc (from this checkout, through ``POSENC_INSTALL_SOURCE``: a wheel
+built once per test session, as pip builds it from the repository's git URL on Colab) with its
+dependencies from the package index, and whatever else the chapter needs at the book's pinned
+versions (:func:`posenc.ensure_installed`). The cache is empty and ``POSENC_REQUIRE_CACHED`` is
+unset, as on Colab: every model a chapter loads must come from the weights that ship inside the
+package, and the test fails if anything was trained (a ``.pt`` file in the cache). Each chapter's
+wall time is printed and must stay under :data:`MAX_SECONDS`.
 
 With ``POSENC_FILL_BOOK_CACHE=1`` (set by ``make clean-env-tests``), a chapter that
 passes is also stored, executed as myst-nb executes it, in the book's execution cache of
@@ -46,8 +46,65 @@ ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = chapters()
 
 
+#: What a Colab runtime has before any notebook cell runs, by distribution name: these and
+#: everything they require are visible to the clean Python; nothing else is.
+COLAB_BASELINE = ("torch", "numpy", "matplotlib", "pip", "ipykernel")
+#: The required wall time of one chapter on the Colab path, in seconds (the goal is 120).
+MAX_SECONDS = 180
+
+
+def _requirement_names(dist) -> set[str]:
+    import re
+
+    names = set()
+    for requirement in dist.requires or []:
+        if "extra ==" in requirement:
+            continue
+        names.add(re.split(r"[\s;<>=!~\[(]", requirement, maxsplit=1)[0].strip().lower())
+    return names
+
+
+def baseline_closure(roots=COLAB_BASELINE) -> set[str]:
+    """The distributions of :data:`COLAB_BASELINE` and, recursively, those they require
+    (without extras), normalised to lower-case names with '-'."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    def norm(name):
+        return name.lower().replace("_", "-")
+
+    seen, todo = set(), [norm(r) for r in roots]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        try:
+            dist = distribution(name)
+        except PackageNotFoundError:
+            continue
+        seen.add(name)
+        todo += [norm(r) for r in _requirement_names(dist)]
+    return seen
+
+
+def baseline_entries(closure: set[str]) -> set[str]:
+    """The top-level entries of this environment's site-packages (packages, modules and
+    .dist-info folders) that belong to the distributions in ``closure``."""
+    from importlib.metadata import distributions
+
+    entries = set()
+    for dist in distributions():
+        if dist.metadata["Name"].lower().replace("_", "-") not in closure:
+            continue
+        for file in dist.files or []:
+            top = file.parts[0]
+            if top not in ("..", "__pycache__") and not top.endswith(".pth"):
+                entries.add(top)
+    return entries
+
+
 def clean_python(where: Path) -> Path:
-    """A virtual environment without pip or posenc that sees this environment's other packages."""
+    """A virtual environment that sees only the Colab baseline of this environment's
+    packages (:func:`baseline_entries`), posenc never."""
     venv.EnvBuilder(with_pip=False).create(where)
     python = where / "bin" / "python"
     purelib = Path(subprocess.check_output([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -55,9 +112,9 @@ def clean_python(where: Path) -> Path:
     shared = where / "shared-site-packages"
     shared.mkdir()
     ours = Path(sysconfig.get_paths()["purelib"])
-    for entry in ours.iterdir():
-        if "posenc" not in entry.name.lower():
-            (shared / entry.name).symlink_to(entry)
+    for name in sorted(baseline_entries(baseline_closure())):
+        if (ours / name).exists() and "posenc" not in name.lower():
+            (shared / name).symlink_to(ours / name)
     # addsitedir, not a bare path: the shared folder's own .pth files are processed too.
     (purelib / "zz_shared.pth").write_text(f"import site; site.addsitedir({str(shared)!r})\n")
     return python
@@ -106,8 +163,11 @@ def test_chapter_runs_alone_through_its_install_cell(tmp_path, chapter, posenc_w
     shutil.copy2(ROOT / f"{chapter}.ipynb", notebook)
     assert sorted(p.name for p in work.iterdir()) == [notebook.name]
 
-    probe = "import importlib.util, sys; print(importlib.util.find_spec('posenc') is not None, importlib.util.find_spec('torch') is not None)"
-    assert run(python, probe, work).stdout.split() == ["False", "True"], "the clean environment must lack posenc only"
+    probe = ("import importlib.util; print(*(importlib.util.find_spec(m) is not None for m in "
+             "('posenc', 'transformers', 'pandas', 'scipy', 'safetensors', 'torch', 'numpy', 'matplotlib')))")
+    assert run(python, probe, work).stdout.split() == ["False"] * 5 + ["True"] * 3, \
+        "the clean environment has what Colab has: torch, numpy, matplotlib, not posenc and the rest"
+    cache = tmp_path / "cache"  # empty, as on a fresh runtime
 
     kernels = tmp_path / "kernels"
     (kernels / "posenc-clean").mkdir(parents=True)
@@ -115,7 +175,8 @@ def test_chapter_runs_alone_through_its_install_cell(tmp_path, chapter, posenc_w
         "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "posenc clean environment",
         "language": "python",
-        "env": {"POSENC_INSTALL_SOURCE": str(posenc_wheel), "PYTHONPATH": ""},
+        "env": {"POSENC_INSTALL_SOURCE": str(posenc_wheel), "PYTHONPATH": "", "POSENC_CACHE_DIR": str(cache),
+                "POSENC_REQUIRE_CACHED": ""},
     }))
     manager = KernelManager(kernel_name="posenc-clean", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernels)]))
     nb = nbformat.read(notebook, as_version=4)
@@ -132,6 +193,10 @@ def test_chapter_runs_alone_through_its_install_cell(tmp_path, chapter, posenc_w
     assert not installed.is_relative_to(ROOT)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert errors == []
+    trained = sorted(p.name for p in cache.rglob("*.pt")) if cache.exists() else []
+    assert trained == [], f"{chapter} trained models on the Colab path (no shipped weights?): {trained}"
+    print(f"{chapter}: {seconds:.0f} s on the Colab path")
+    assert seconds < MAX_SECONDS, f"{chapter} took {seconds:.0f} s on the Colab path (at most {MAX_SECONDS})"
 
     if os.environ.get("POSENC_FILL_BOOK_CACHE") == "1":
         from posenc.execute import book_config, store

@@ -1,7 +1,12 @@
 import pytest
 import torch
 
-from posenc.data import eval_windows, get_batch, load_stdlib_corpus, load_text_corpus, stdlib_source_files
+import json
+import platform
+from pathlib import Path
+
+from posenc import data
+from posenc.data import eval_windows, get_batch, load_stdlib_corpus, load_text_corpus, stdlib_source_files, stdlib_sources
 
 
 @pytest.fixture(scope="module")
@@ -10,7 +15,7 @@ def corpus():
 
 
 def test_stdlib_corpus_is_real_deterministic_and_split_by_file(corpus):
-    files = stdlib_source_files()
+    files = stdlib_sources()
     assert len(files) >= 20 and files == sorted(files)
     assert set(corpus.train_files).isdisjoint(corpus.val_files)
     assert len(corpus.train_files) + len(corpus.val_files) == len(files)
@@ -71,14 +76,48 @@ def test_folder_with_too_few_files(tmp_path):
 
 
 def test_recursive_corpus_keeps_file_boundaries_and_leaves_out_test_suites():
-    files = stdlib_source_files(recursive=True)
-    assert len(files) > len(stdlib_source_files()) and files == sorted(files)
-    assert not any({"test", "tests", "idle_test", "site-packages"} & set(f.parts) for f in files)
+    files = stdlib_sources(recursive=True)
+    assert len(files) > len(stdlib_sources()) and files == sorted(files)
+    assert not any({"test", "tests", "idle_test", "site-packages"} & set(name.split("/")) for name, _ in files)
     big = load_stdlib_corpus(recursive=True)
     assert big.val.numel() > 1_000_000 and len(big.val_files) > 50
     docs = big.val_documents()
     assert len(docs) == len(big.val_files) and sum(d.numel() for d in docs) == big.val.numel()
-    first = sorted(p for p in files if p.stat().st_size)[9]  # the 10th file is validation
-    assert bytes(docs[0].tolist()) == first.read_bytes()
+    first = [content for _, content in files if content][9]  # the 10th file is validation
+    assert bytes(docs[0].tolist()) == first
     # the top-level corpus is unchanged by the new option (its cache keys stay valid)
     assert load_stdlib_corpus().fingerprint == load_stdlib_corpus(recursive=False).fingerprint
+
+
+def test_the_snapshot_is_cpython_3_11_7s_library_with_its_licence():
+    provenance = data.snapshot_provenance()
+    assert provenance["python"] == data.SNAPSHOT_PYTHON == "3.11.7"
+    files = stdlib_sources(recursive=True)
+    assert provenance["files"] == len(files) and provenance["bytes"] == sum(len(c) for _, c in files)
+    assert b"PYTHON SOFTWARE FOUNDATION LICENSE" in data._snapshot()["LICENSE.txt"]
+    assert data.SNAPSHOT.stat().st_size < 3 * 2**20  # compressed: about 2 MB
+
+
+@pytest.mark.skipif(platform.python_version() != data.SNAPSHOT_PYTHON,
+                    reason="the running Python's library differs from the snapshot's 3.11.7")
+def test_the_snapshot_holds_exactly_this_pythons_bytes():
+    for recursive in (False, True):
+        assert stdlib_sources(recursive=recursive) == stdlib_sources(recursive=recursive, source="running")
+    assert data.stdlib_file("pydoc_data/topics.py") == data.stdlib_file("pydoc_data/topics.py", source="running")
+
+
+def test_the_snapshot_is_the_corpus_of_the_stored_results():
+    """Every stored study result was made with the snapshot's bytes: the corpus fingerprint in
+    its record is the snapshot corpus's, so that no cache key or stored result changes."""
+    study = load_stdlib_corpus(recursive=True)
+    results = Path(data.__file__).parent / "results" / "length_generalization"
+    corpora = {tuple(json.loads(p.read_text())["corpus"]) for p in results.glob("*.json")}
+    assert corpora == {(study.name, study.fingerprint)}
+    assert (load_stdlib_corpus().name, load_stdlib_corpus().fingerprint) == ("python-stdlib", "092ca30bf93ac40e")
+
+
+def test_sources_are_checked():
+    with pytest.raises(ValueError, match="source must be one of"):
+        stdlib_sources(source="pypi")
+    with pytest.raises(FileNotFoundError, match="not in the snapshot"):
+        data.stdlib_file("no/such.py")

@@ -75,3 +75,41 @@ def test_the_training_step_leaves_the_vit_runs_to_the_study_tier(
     assert "vit" not in capsys.readouterr().out.lower()
     assert not (tmp_path / "vit").exists()
     assert not hasattr(prepare, "vit_digits") and not hasattr(prepare, "prepare_vit")
+
+
+def test_every_run_a_chapter_loads_ships_its_weights():
+    """A run added to book_runs() must ship its weights too (python -m posenc.prepare --ship), so
+    that a chapter on a fresh Colab runtime trains nothing."""
+    from posenc.data import load_stdlib_corpus
+    from posenc.train import SHIPPED_DIR, shipped_path
+
+    corpus = load_stdlib_corpus()
+    keys = {prepare.run_key(r, corpus, "small") for r in book_runs()}
+    missing = sorted(k for k in keys if not shipped_path(k).exists())
+    assert missing == [], f"book runs without shipped weights (run `python -m posenc.prepare --ship`): {missing}"
+    assert {p.stem for p in SHIPPED_DIR.glob("*.safetensors")} == keys, "shipped weights no run uses"
+    total = sum(p.stat().st_size for p in SHIPPED_DIR.iterdir())
+    assert total < 40 * 2**20
+
+
+def test_training_loads_the_shipped_weights_when_nothing_is_cached(monkeypatch, tmp_path):
+    from safetensors import safe_open
+
+    from posenc.data import load_stdlib_corpus
+    from posenc.experiments import train_scheme
+    from posenc.train import shipped_path
+
+    monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(REQUIRE_CACHED_ENV, "1")  # training would raise
+    result = train_scheme("learned", load_stdlib_corpus(), device="cpu")
+    assert result.from_cache and list(tmp_path.iterdir()) == []
+    with safe_open(str(shipped_path(result.key)), "pt") as handle:
+        meta = handle.metadata()
+        stored = {name: handle.get_tensor(name) for name in handle.keys()}
+    state = result.model.state_dict()
+    assert all(torch.equal(state[name], tensor) for name, tensor in stored.items())
+    # the learned table is shared by the blocks: stored once, loaded under every name
+    aliases = __import__("json").loads(meta["aliases"])
+    assert aliases and all(torch.equal(state[a], state[b]) for a, b in aliases.items())
+    assert len(result.losses) == result.train_config.steps
+    assert "torch" in __import__("json").loads(meta["provenance"])

@@ -4,8 +4,12 @@ The package behind the posenc book. Every scheme is registered by name; see
 :func:`available_schemes`.
 """
 
+from . import _versions
+
+_versions.check()  # an older torch or numpy fails here, saying what to install
+
 # importing the scheme modules registers the schemes
-from . import (  # noqa: F401
+from . import (  # noqa: E402, F401
     alibi,
     layout,
     learned,
@@ -16,8 +20,14 @@ from . import (  # noqa: F401
     sinusoidal,
     xpos,
 )
-from .schemes import PositionalScheme, available_schemes, build_scheme, register_scheme
-from .utils import get_device, seed_everything
+from .schemes import (  # noqa: E402
+    PositionalScheme,
+    available_schemes,
+    build_scheme,
+    register_scheme,
+)
+from ._versions import ensure_installed  # noqa: E402
+from .utils import get_device, seed_everything  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -25,6 +35,7 @@ __all__ = [
     "PositionalScheme",
     "available_schemes",
     "build_scheme",
+    "ensure_installed",
     "get_device",
     "register_scheme",
     "seed_everything",

@@ -29,6 +29,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from .utils import synchronize
+
 
 class _StorageTracker(TorchDispatchMode):
     def __init__(self) -> None:
@@ -152,7 +154,16 @@ def peak_rss(fn: Callable[[], object]) -> int:
 # same process, one after another. Every table carries the physical limit: the bytes a
 # candidate must move at least, the bandwidth it achieved, and the floor.
 
-RESULTS_FILE = Path(__file__).parent / "results" / "bench" / "cpu.json"
+def results_file(device: torch.device | str = "cpu") -> Path:
+    """Where the stored run of a kind of device lives: ``results/bench/<type>.json``
+    (``cpu.json``, ``cuda.json``, ``mps.json``), so that a run on a GPU never replaces
+    the CPU run the book reads."""
+    kind = torch.device(device).type
+    return Path(__file__).parent / "results" / "bench" / f"{kind}.json"
+
+
+#: The stored CPU run, which the chapter "The cost of positions" reads.
+RESULTS_FILE = results_file("cpu")
 
 #: The configuration of the stored run (``make bench``); tests fail when the stored
 #: results were made with another one.
@@ -327,12 +338,14 @@ def _gpu_rope_candidates(q, k, positions) -> dict[str, Callable]:
 
 
 def _synchronized(fn: Callable, device: torch.device) -> Callable:
-    if device.type != "cuda":
+    """``fn`` followed by waiting for ``device`` (CUDA, MPS, ...), so that a timer
+    measures the kernels and not only their launch."""
+    if device.type == "cpu":
         return fn
 
     def run():
         fn()
-        torch.cuda.synchronize(device)
+        synchronize(device)
 
     return run
 
@@ -819,7 +832,13 @@ def main(argv=None) -> int:
         default=None,
         help="torch threads (default: the configuration's, else torch's)",
     )
-    parser.add_argument("--save", nargs="?", const=str(RESULTS_FILE), default=None)
+    parser.add_argument(
+        "--save",
+        nargs="?",
+        const="",
+        default=None,
+        help="store the run (default path: results/bench/<device type>.json)",
+    )
     args = parser.parse_args(argv)
     config = QUICK_CONFIG if args.quick else BENCH_CONFIG
     torch.set_num_threads(
@@ -837,8 +856,8 @@ def main(argv=None) -> int:
         for part, frame in tables(results).items():
             print(f"\n== {part} ==")
             print(frame.to_string(float_format=lambda x: f"{x:.3g}"))
-    if args.save:
-        path = Path(args.save)
+    if args.save is not None:
+        path = Path(args.save) if args.save else results_file(device)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(results, indent=1) + "\n")
         print(f"\nstored in {path}")

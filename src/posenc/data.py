@@ -4,12 +4,23 @@ or any text file or folder you point at.
 Bytes are the tokens (vocabulary 256), so there is no tokenizer to install and a
 sequence length is a number of bytes. Splits are by *file*, so validation text is never
 seen in training.
+
+The standard library's text differs from one Python to the next, so the book does not
+read the running Python's: posenc ships a snapshot of CPython 3.11.7's standard library
+(:data:`SNAPSHOT`, xz-compressed, with the PSF licence and a provenance record), the
+Python every stored result and trained model was made with. A chapter on Colab's Python
+trains and scores on the same bytes, so every cache key, shipped weight and stored
+result stays valid there. ``source="running"`` reads this Python's own files instead.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import io
+import json
 import sysconfig
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,17 +74,20 @@ def _bytes_tensor(chunks: list[bytes]) -> torch.Tensor:
     return torch.frombuffer(bytearray(b"".join(chunks)), dtype=torch.uint8).clone()
 
 
-def _split_files(name: str, files: list[Path], root: Path, val_every: int) -> Corpus:
+def _split_files(
+    name: str, files: list[tuple[str, bytes]], val_every: int
+) -> Corpus:
+    """Split ``(file name, bytes)`` pairs by file: every ``val_every``-th non-empty file
+    to validation."""
     val_every = check_int("val_every", val_every, minimum=2)
     train, val, train_names, val_names = [], [], [], []
-    if not all(path.stat().st_size for path in files):
-        files = [path for path in files if path.stat().st_size]
-    for i, path in enumerate(files):
-        data, names = (
+    files = [(file, data) for file, data in files if data]
+    for i, (file, data) in enumerate(files):
+        chunks, names = (
             (val, val_names) if i % val_every == val_every - 1 else (train, train_names)
         )
-        data.append(path.read_bytes())
-        names.append(path.relative_to(root).as_posix())
+        chunks.append(data)
+        names.append(file)
     if not train or not val:
         raise ValueError(
             f"need at least {val_every} files to split train/validation by file, got "
@@ -96,36 +110,172 @@ EXCLUDED_FOLDERS = frozenset(
 )
 
 
-def stdlib_source_files(*, recursive: bool = False) -> list[Path]:
-    """The ``*.py`` files of this Python's standard library, sorted by path: the
-    top-level modules, or with ``recursive`` every package too except the folders in
-    :data:`EXCLUDED_FOLDERS`."""
-    root = Path(sysconfig.get_path("stdlib"))
+#: The snapshot of CPython's standard library that posenc ships (see the module's
+#: docstring), and the Python it was taken from.
+SNAPSHOT = Path(__file__).parent / "texts" / "cpython-3.11.7-stdlib.tar.xz"
+SNAPSHOT_PYTHON = "3.11.7"
+SOURCES = ("snapshot", "running")
+
+
+def _running_root() -> Path:
+    return Path(sysconfig.get_path("stdlib"))
+
+
+def _selected(relative: str, recursive: bool) -> bool:
+    parts = relative.split("/")
+    if not relative.endswith(".py"):
+        return False
     if not recursive:
-        return sorted(p for p in root.glob("*.py") if p.is_file())
+        return len(parts) == 1
+    return not EXCLUDED_FOLDERS & set(parts[:-1])
+
+
+def stdlib_source_files(*, recursive: bool = False) -> list[Path]:
+    """The ``*.py`` files of the RUNNING Python's standard library, sorted by path: the
+    top-level modules, or with ``recursive`` every package too except the folders in
+    :data:`EXCLUDED_FOLDERS`. (The book reads :func:`stdlib_sources`, the snapshot.)"""
+    root = _running_root()
+    files = root.rglob("*.py") if recursive else root.glob("*.py")
     return sorted(
         p
-        for p in root.rglob("*.py")
-        if p.is_file() and not EXCLUDED_FOLDERS & set(p.relative_to(root).parts[:-1])
+        for p in files
+        if p.is_file() and _selected(p.relative_to(root).as_posix(), recursive)
     )
 
 
-def load_stdlib_corpus(val_every: int = 10, *, recursive: bool = False) -> Corpus:
+@functools.lru_cache(maxsize=1)
+def _snapshot() -> dict[str, bytes]:
+    """Every member of :data:`SNAPSHOT`, by its path (``stdlib/...``, ``LICENSE.txt``,
+    ``PROVENANCE.json``)."""
+    if not SNAPSHOT.exists():
+        raise FileNotFoundError(
+            f"the standard-library snapshot {SNAPSHOT} is missing: reinstall posenc, or "
+            "run `python -m posenc.data --snapshot` with CPython 3.11.7"
+        )
+    with tarfile.open(SNAPSHOT, "r:xz") as archive:
+        return {
+            m.name: archive.extractfile(m).read() for m in archive.getmembers() if m.isfile()
+        }
+
+
+def snapshot_provenance() -> dict:
+    """Where the snapshot came from: the Python version, the number of files and the
+    SHA-256 of their bytes in order, the date it was taken."""
+    return json.loads(_snapshot()["PROVENANCE.json"])
+
+
+def stdlib_sources(
+    *, recursive: bool = False, source: str = "snapshot"
+) -> list[tuple[str, bytes]]:
+    """The standard library's source files as ``(path relative to the library,
+    bytes)``, sorted by path: the top-level modules, or with ``recursive`` every
+    package too except the folders in :data:`EXCLUDED_FOLDERS`.
+
+    Args:
+        recursive: every package too. source: ``"snapshot"`` (the shipped CPython
+            3.11.7 library, the default) or ``"running"`` (this Python's).
+
+    Raises:
+        ValueError: an unknown ``source``.
+    """
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
+    if source == "running":
+        root = _running_root()
+        return [
+            (p.relative_to(root).as_posix(), p.read_bytes())
+            for p in stdlib_source_files(recursive=recursive)
+        ]
+    members = _snapshot()
+    return sorted(
+        (name.removeprefix("stdlib/"), data)
+        for name, data in members.items()
+        if name.startswith("stdlib/")
+        and _selected(name.removeprefix("stdlib/"), recursive)
+    )
+
+
+def stdlib_file(relative: str, *, source: str = "snapshot") -> bytes:
+    """One file of the standard library (``"pydoc_data/topics.py"``), from the snapshot
+    or the running Python.
+
+    Raises:
+        ValueError: an unknown ``source``. FileNotFoundError: no such file.
+    """
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
+    if source == "running":
+        return (_running_root() / relative).read_bytes()
+    try:
+        return _snapshot()[f"stdlib/{relative}"]
+    except KeyError:
+        raise FileNotFoundError(f"{relative} is not in the snapshot {SNAPSHOT}") from None
+
+
+def load_stdlib_corpus(
+    val_every: int = 10, *, recursive: bool = False, source: str = "snapshot"
+) -> Corpus:
     """The Python standard library's source files as a byte corpus.
 
     Files are sorted by path; every ``val_every``-th file (the 10th, 20th, ...) goes to
-    validation, the rest to training. The top-level modules are about 4.7 MB on CPython
-    3.11; with ``recursive`` (every package, without test suites; see
-    :func:`stdlib_source_files`) about 12 MB, so that the validation split exceeds
-    1 MB. The exact bytes depend on the Python version, so compare numbers only within
-    one version. Empty files are skipped.
+    validation, the rest to training. The top-level modules are about 4.7 MB; with
+    ``recursive`` (every package, without test suites; see :func:`stdlib_sources`)
+    about 12 MB, so that the validation split exceeds 1 MB. Empty files are skipped.
+
+    Args:
+        val_every: every n-th file is validation. recursive: every package too.
+        source: ``"snapshot"`` (default: the shipped CPython 3.11.7 library, the same
+            bytes on every Python) or ``"running"`` (this Python's own, which differ
+            from one version to the next).
 
     Raises:
-        ValueError: if fewer than ``val_every`` files are found.
+        ValueError: if fewer than ``val_every`` files are found, or ``source`` is
+            unknown.
     """
-    files = stdlib_source_files(recursive=recursive)
     name = "python-stdlib" + ("-recursive" if recursive else "")
-    return _split_files(name, files, Path(sysconfig.get_path("stdlib")), val_every)
+    return _split_files(
+        name, stdlib_sources(recursive=recursive, source=source), val_every
+    )
+
+
+def write_stdlib_snapshot(path: Path = SNAPSHOT) -> Path:
+    """Write the snapshot from the running Python: every file of ``stdlib_sources(
+    recursive=True, source="running")``, the library's LICENSE.txt and a provenance
+    record, xz-compressed. Run with CPython :data:`SNAPSHOT_PYTHON` to reproduce the
+    shipped one.
+
+    Returns:
+        The path written.
+    """
+    import datetime
+    import platform
+
+    files = stdlib_sources(recursive=True, source="running")
+    digest = hashlib.sha256()
+    for name, data in files:
+        digest.update(name.encode() + b"\x00" + data + b"\x00")
+    provenance = {
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "files": len(files),
+        "bytes": sum(len(d) for _, d in files),
+        "sha256": digest.hexdigest(),
+        "source": "the .py files of the standard library, without test suites "
+        "(posenc.data.EXCLUDED_FOLDERS), as installed",
+        "licence": "Python Software Foundation License (LICENSE.txt)",
+        "date": datetime.date.today().isoformat(),
+    }
+    members = [(f"stdlib/{name}", data) for name, data in files]
+    members.append(("LICENSE.txt", (_running_root() / "LICENSE.txt").read_bytes()))
+    members.append(("PROVENANCE.json", json.dumps(provenance, indent=1).encode()))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w:xz", preset=9) as archive:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            archive.addfile(info, io.BytesIO(data))
+    _snapshot.cache_clear()
+    return path
 
 
 def load_text_corpus(
@@ -153,7 +303,8 @@ def load_text_corpus(
         raise FileNotFoundError(f"no such file or folder: {path}")
     if path.is_dir():
         files = sorted(p for p in path.rglob(pattern) if p.is_file())
-        return _split_files(path.name, files, path, val_every)
+        pairs = [(p.relative_to(path).as_posix(), p.read_bytes()) for p in files]
+        return _split_files(path.name, pairs, val_every)
     if not 0.0 < val_fraction < 1.0:
         raise ValueError(f"val_fraction must lie in (0, 1), got {val_fraction}")
     data = _bytes_tensor([path.read_bytes()])
@@ -227,3 +378,28 @@ def eval_windows(
         )
     stream = data[: n * seq_len + 1].long()
     return stream[:-1].view(n, seq_len), stream[1:].view(n, seq_len)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m posenc.data --snapshot``: write :data:`SNAPSHOT` from this Python."""
+    import argparse
+    import platform
+
+    parser = argparse.ArgumentParser(prog="python -m posenc.data")
+    parser.add_argument("--snapshot", action="store_true", help="write the snapshot")
+    args = parser.parse_args(argv)
+    if not args.snapshot:
+        parser.print_help()
+        return 0
+    if platform.python_version() != SNAPSHOT_PYTHON:
+        print(
+            f"warning: this is Python {platform.python_version()}, the shipped snapshot "
+            f"is of {SNAPSHOT_PYTHON}: cache keys and stored results will not match"
+        )
+    path = write_stdlib_snapshot()
+    print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB): {snapshot_provenance()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

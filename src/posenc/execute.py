@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
+
+from .utils import usable_cpus
 
 ROOT = Path.cwd()
 
@@ -164,7 +165,7 @@ def execute(
         return {}
     # longest first packs the workers best; never-timed chapters first of all
     todo.sort(key=lambda p: -before.get(str(p), float("inf")))
-    workers = workers or len(os.sched_getaffinity(0))
+    workers = workers or usable_cpus()
     outcome: dict[str, float | None] = {}
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:

@@ -3,15 +3,18 @@
 Every chapter trains the tiny LM with *the same* configuration and only the scheme
 changes, so the trained weights are cached once (:mod:`posenc.train`) and chapters can
 be compared. The only knob is ``scale``: ``"small"`` runs in about half a minute per
-scheme on a 2-core CPU, ``"large"`` is meant for a GPU. Notebooks choose it with one
-switch::
+scheme on a 2-core CPU and its weights ship with posenc; ``"large"`` is meant for a GPU
+and is trained where it runs. It is an explicit opt-in, never switched on by the
+hardware alone: notebooks read it with :func:`book_scale`, from the environment
+variable ``POSENC_SCALE``::
 
-    SCALE = "large" if posenc.get_device().type == "cuda" else "small"
+    SCALE = posenc.experiments.book_scale()   # "small" unless POSENC_SCALE=large
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, replace
 
 from ._checks import check_int
@@ -36,6 +39,26 @@ SCALES = {
         },
     },
 }
+#: The environment variable that opts into a scale (:func:`book_scale`).
+SCALE_ENV = "POSENC_SCALE"
+
+
+def book_scale() -> str:
+    """The experiment scale the chapters use: ``$POSENC_SCALE`` if set, else
+    ``"small"``. A GPU does not switch it on by itself: the large scale trains every
+    model where it runs (minutes each on a T4), so it is the reader's choice.
+
+    Raises:
+        ValueError: ``POSENC_SCALE`` names no scale of :data:`SCALES`.
+    """
+    scale = os.environ.get(SCALE_ENV, "small") or "small"
+    if scale not in SCALES:
+        raise ValueError(
+            f"{SCALE_ENV}={scale!r}: must be one of {', '.join(map(repr, SCALES))}"
+        )
+    return scale
+
+
 #: Evaluation lengths, as multiples of the training length.
 LENGTH_MULTIPLES = (1, 2, 4, 8)
 #: A learned table covers this many training lengths (so 8× is past its end).

@@ -52,7 +52,9 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-TRANSFORMERS_VERSION = "5.23.0"
+from ._versions import BOOK_PINS
+
+TRANSFORMERS_VERSION = BOOK_PINS["transformers"]
 """The transformers release whose class defaults the docstrings and tests describe."""
 
 FIELDS = (

@@ -35,7 +35,25 @@ from dataclasses import replace
 import torch
 
 from .experiments import SCALES, BookRun, book_runs, experiment_config
-from .train import REQUIRE_CACHED_ENV, cache_dir, cache_key, tqdm
+from .train import (
+    REQUIRE_CACHED_ENV,
+    cache_dir,
+    cache_key,
+    load_shipped,
+    ship,
+    shipped_path,
+    tqdm,
+)
+from .utils import usable_cpus
+
+#: The runs ``python -m posenc.prepare --check`` retrains from scratch, and how close
+#: their losses must come back to the shipped weights': the mean training loss over the
+#: last :data:`CHECK_LAST` steps and the validation loss at the training length, in nats
+#: per byte. On one CPU, one torch thread and one torch build the runs are
+#: deterministic and come back exactly; another CPU's kernels sum in another order.
+CHECK_SAMPLE = ("rope", "alibi")
+CHECK_TOLERANCE = 0.02
+CHECK_LAST = 50
 
 
 def run_key(run: BookRun, corpus, scale: str) -> str:
@@ -47,12 +65,91 @@ def run_key(run: BookRun, corpus, scale: str) -> str:
 
 
 def missing_runs(runs: list[BookRun], corpus, scale: str) -> list[BookRun]:
-    """The runs whose weights are not in :func:`posenc.train.cache_dir` yet."""
-    return [
-        r
-        for r in runs
-        if not (cache_dir() / f"{run_key(r, corpus, scale)}.pt").exists()
-    ]
+    """The runs whose weights are neither in :func:`posenc.train.cache_dir` nor among
+    the weights that ship with posenc."""
+    missing = []
+    for r in runs:
+        key = run_key(r, corpus, scale)
+        if not (cache_dir() / f"{key}.pt").exists() and not shipped_path(key).exists():
+            missing.append(r)
+    return missing
+
+
+def ship_all(scale: str = "small") -> list[str]:
+    """Write the shipped weights (:func:`posenc.train.ship`) of every book run from the
+    cache, with their provenance, and delete shipped files no book run uses.
+
+    Returns:
+        The keys written.
+
+    Raises:
+        FileNotFoundError: a run is not in the cache (run ``python -m posenc.prepare``
+            first).
+    """
+    from .data import load_stdlib_corpus, snapshot_provenance
+    from .study import _provenance
+
+    corpus = load_stdlib_corpus()
+    provenance = {**_provenance(), "corpus": [corpus.name, corpus.fingerprint]}
+    provenance["corpus_python"] = snapshot_provenance()["python"]
+    keys = [run_key(r, corpus, scale) for r in book_runs(scale)]
+    for key in keys:
+        ship(key, provenance)
+    for path in shipped_path("x").parent.glob("*.safetensors"):
+        if path.stem not in keys:
+            path.unlink()
+    return keys
+
+
+def check_shipped(sample=CHECK_SAMPLE, workers: int | None = None) -> list[str]:
+    """Retrain the book runs of ``sample`` (scheme names) from scratch, ignoring cache
+    and shipped weights, and compare their losses with the shipped weights'.
+
+    Returns:
+        One line per run with both values and the difference.
+
+    Raises:
+        AssertionError: a loss differs by more than :data:`CHECK_TOLERANCE`.
+    """
+    runs = [r for r in book_runs() if r.label in sample]
+    workers = _workers(workers, "cpu")
+    with worker_pool(min(workers, len(runs))) as pool:
+        results = list(pool.map(_check_one, runs))
+    problems = [line for line, ok in results if not ok]
+    if problems:
+        raise AssertionError(
+            "the shipped weights do not reproduce:\n" + "\n".join(problems)
+        )
+    return [line for line, _ in results]
+
+
+def _check_one(run: BookRun) -> tuple[str, bool]:
+    from .data import load_stdlib_corpus
+    from .train import evaluate, train
+
+    corpus = load_stdlib_corpus()
+    (model_cfg, train_cfg), _ = run.configs()
+    key = run_key(run, corpus, "small")
+    shipped = load_shipped(key, model_cfg, train_cfg)
+    fresh = train(model_cfg, train_cfg, corpus, device="cpu", use_cache=False,
+                  progress=False)
+    val = corpus.val[:32768]
+    pairs = {
+        "training loss (last steps)": (
+            sum(shipped.losses[-CHECK_LAST:]) / CHECK_LAST,
+            sum(fresh.losses[-CHECK_LAST:]) / CHECK_LAST,
+        ),
+        "validation loss": (
+            evaluate(shipped.model, val, train_cfg.seq_len).loss,
+            evaluate(fresh.model, val, train_cfg.seq_len).loss,
+        ),
+    }
+    ok = all(abs(a - b) <= CHECK_TOLERANCE for a, b in pairs.values())
+    line = f"{run.label}: " + "; ".join(
+        f"{name} shipped {a:.4f}, retrained {b:.4f} (difference {b - a:+.1e})"
+        for name, (a, b) in pairs.items()
+    )
+    return line, ok
 
 
 def _init_worker(threads: int, then=None) -> None:
@@ -90,7 +187,7 @@ def _workers(workers: int | None, device: str) -> int:
         ValueError: workers < 1.
     """
     if workers is None:
-        return 1 if device != "cpu" else len(os.sched_getaffinity(0))
+        return 1 if device != "cpu" else usable_cpus()
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     return workers
@@ -233,6 +330,18 @@ def main(argv: list[str] | None = None) -> int:
         "--list", action="store_true", help="list the runs and whether each is cached"
     )
     parser.add_argument(
+        "--ship",
+        action="store_true",
+        help="write the shipped weights (src/posenc/weights) of every book run from "
+        "the cache, and exit",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help=f"retrain {', '.join(CHECK_SAMPLE)} from scratch and compare with the "
+        "shipped weights, and exit",
+    )
+    parser.add_argument(
         "--compare-threads",
         type=int,
         metavar="STEPS",
@@ -240,6 +349,19 @@ def main(argv: list[str] | None = None) -> int:
         "threads, and exit",
     )
     args = parser.parse_args(argv)
+    if args.ship:
+        keys = ship_all(args.scale)
+        size = sum(shipped_path(k).stat().st_size for k in keys)
+        print(f"shipped {len(keys)} runs, {size / 2**20:.1f} MiB, in "
+              f"{shipped_path('x').parent}")
+        return 0
+    if args.check:
+        start = time.perf_counter()
+        for line in check_shipped(workers=args.workers):
+            print(line)
+        print(f"the shipped weights reproduce within {CHECK_TOLERANCE} nats per byte "
+              f"({time.perf_counter() - start:.0f} s)")
+        return 0
     if args.compare_threads:
         for (workers, threads), secs in compare_threads(args.compare_threads).items():
             print(f"{workers} process(es) × {threads} thread(s): {secs:.1f} s")
@@ -250,10 +372,12 @@ def main(argv: list[str] | None = None) -> int:
         corpus = load_stdlib_corpus()
         missing = set(missing_runs(book_runs(args.scale), corpus, args.scale))
         for run in book_runs(args.scale):
-            print(
-                f"{'missing' if run in missing else 'cached ':8} "
-                f"{run_key(run, corpus, args.scale)}  {run.label}"
+            key = run_key(run, corpus, args.scale)
+            state = (
+                "missing" if run in missing
+                else "shipped" if shipped_path(key).exists() else "cached"
             )
+            print(f"{state:8} {key}  {run.label}")
         return 0
     start = time.perf_counter()
     seconds = prepare(
@@ -264,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"trained {len(seconds)} runs in {total:.0f} s wall "
             f"({sum(seconds.values()):.0f} s of process time "
-            f"over {args.workers or len(os.sched_getaffinity(0))} workers × "
+            f"over {args.workers or usable_cpus()} workers × "
             f"{args.threads} threads); "
             f"weights in {cache_dir()}"
         )

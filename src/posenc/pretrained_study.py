@@ -38,6 +38,7 @@ import torch
 from . import pretrained
 from .scaling import rope_inv_freq
 from .study import StaleResultsError, _provenance, results_dir
+from .utils import cpu_float64
 
 NAME = "smollm2"
 VERSION = 1
@@ -179,7 +180,7 @@ def bucket_means(values: torch.Tensor, bucket: int = BUCKET) -> list[float]:
     """Means over consecutive groups of ``bucket`` positions (the last may be
     shorter)."""
     return [
-        float(values[i : i + bucket].double().mean())
+        float(cpu_float64(values[i : i + bucket]).mean())
         for i in range(0, len(values), bucket)
     ]
 
@@ -210,7 +211,7 @@ def execute(run: RealRun, model, tokenizer, cache: dict | None = None) -> dict:
         "key": run.key(),
         "config": run.config(),
         "results": {
-            "mean_loss": float(values.double().mean()),
+            "mean_loss": float(cpu_float64(values).mean()),
             "bucket_loss": bucket_means(values),
         },
         "provenance": {

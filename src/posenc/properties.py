@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from .schemes import PositionalScheme
+from .utils import cpu_float64
 
 #: The plug-in points of :class:`posenc.schemes.PositionalScheme`, as ``(method,
 #: label)``.
@@ -81,7 +82,7 @@ def position_similarity(vectors: torch.Tensor) -> torch.Tensor:
     (float64)."""
     if vectors.dim() != 2:
         raise ValueError(f"vectors must have shape (T, d), got {tuple(vectors.shape)}")
-    v = vectors.detach().double()
+    v = cpu_float64(vectors)
     return v @ v.T
 
 
@@ -109,7 +110,7 @@ def check_properties(
         ValueError: if the matrix is not square or smaller than 2 × 2, or a tolerance is
             negative.
     """
-    g = similarity.detach().double().cpu()
+    g = cpu_float64(similarity)
     if g.dim() != 2 or g.shape[0] != g.shape[1] or g.shape[0] < 2:
         raise ValueError(
             "similarity must be a square (T, T) matrix with T >= 2, got "
@@ -241,12 +242,12 @@ def scheme_similarity(
             q, k = scheme.transform_qk(q, k, positions, positions)
             g = (q @ k.transpose(-2, -1))[0, head]
             return SchemeSimilarity(
-                g.double().cpu(), "⟨f(q, m), f(k, n)⟩, one random q, k", False
+                cpu_float64(g), "⟨f(q, m), f(k, n)⟩, one random q, k", False
             )
         bias = scheme.score_bias(q, k, positions, positions)
         g = torch.broadcast_to(bias, (1, scheme.num_heads, seq_len, seq_len))[0, head]
         return SchemeSimilarity(
-            g.double().cpu(), "score bias b(m, n), one random q, k", causal
+            cpu_float64(g), "score bias b(m, n), one random q, k", causal
         )
 
 

@@ -31,6 +31,7 @@ from .layout import pair_permutation
 from .scaling import check_scaling, rope_inv_freq
 from .schemes import PositionalScheme, register_scheme
 from .sinusoidal import compute_inv_freq
+from .utils import cpu_float64
 
 ROPE_LAYOUTS = ("half", "interleaved")
 
@@ -465,7 +466,7 @@ def rope_matrix(
             f"head_dim = {head_dim} must be at least rotary_dim = {2 * half}"
         )
     matrix = torch.eye(head_dim, dtype=torch.float64)
-    for i, theta in enumerate(inv_freq.double().tolist()):
+    for i, theta in enumerate(cpu_float64(inv_freq).tolist()):
         a, b = (2 * i, 2 * i + 1) if layout == "interleaved" else (i, i + half)
         c, s = math.cos(position * theta), math.sin(position * theta)
         matrix[a, a], matrix[a, b], matrix[b, a], matrix[b, b] = c, -s, s, c
@@ -602,7 +603,7 @@ def long_term_decay(
     """
     head_dim = check_even_dim("head_dim", head_dim)
     theta = compute_inv_freq(head_dim, check_base(base)).double()
-    phases = distances.double()[:, None] * theta[None, :]
+    phases = cpu_float64(distances)[:, None] * theta[None, :]
     partial_sums = torch.cumsum(torch.polar(torch.ones_like(phases), phases), dim=-1)
     return partial_sums.abs().mean(dim=-1)
 

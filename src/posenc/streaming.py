@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from ._checks import check_int
 from .model import TinyLM
+from .utils import cpu_float64
 
 
 def _check_tokens(tokens: object) -> torch.Tensor:
@@ -49,7 +50,7 @@ def _check_tokens(tokens: object) -> torch.Tensor:
 
 
 def _nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits.double(), targets, reduction="none")
+    return F.cross_entropy(cpu_float64(logits), targets.cpu(), reduction="none")
 
 
 @torch.no_grad()

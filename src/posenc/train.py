@@ -37,7 +37,7 @@ from ._checks import check_int
 from .data import Corpus, eval_windows, get_batch, load_stdlib_corpus
 from .model import ModelConfig, TinyLM
 from .schemes import get_scheme_class
-from .utils import get_device, seed_everything
+from .utils import cpu_float64, get_device, seed_everything
 
 #: When this environment variable is "1", :func:`train` loads from the cache or raises:
 #: the book's build (the Makefile) sets it, so that a notebook cell never trains
@@ -101,6 +101,19 @@ class TrainResult:
     from_cache: bool = False
     key: str = ""
     train_config: TrainConfig | None = None
+
+
+#: Trained weights that ship inside the package: one safetensors file per run that a
+#: chapter loads at the small scale (:func:`posenc.experiments.book_runs`), named by its
+#: cache key and carrying its training losses and provenance as metadata. Written by
+#: ``python -m posenc.prepare --ship``; :func:`train` loads them when the run is not in
+#: :func:`cache_dir`, so that a fresh Colab runtime trains nothing.
+SHIPPED_DIR = Path(__file__).parent / "weights"
+
+
+def shipped_path(key: str) -> Path:
+    """Where the shipped weights of the run with cache key ``key`` are (or would be)."""
+    return SHIPPED_DIR / f"{key}.safetensors"
 
 
 def cache_dir() -> Path:
@@ -176,6 +189,7 @@ def train(
     *,
     device: torch.device | str | None = None,
     use_cache: bool = True,
+    use_shipped: bool = True,
     progress: bool = True,
     init: TrainResult | None = None,
 ) -> TrainResult:
@@ -190,7 +204,9 @@ def train(
         corpus: training data; default :func:`posenc.data.load_stdlib_corpus`.
         device: default :func:`posenc.get_device`.
         use_cache: load from / save to :func:`cache_dir`.
-        progress: show a tqdm progress bar.
+        use_shipped: with ``use_cache``, load the weights that ship with posenc
+            (:data:`SHIPPED_DIR`) when the run is not in :func:`cache_dir`.
+        progress: show a tqdm progress bar (and say that training starts).
         init: start from this trained model's weights (fine-tuning) instead of a fresh
             initialisation; its cache key becomes part of this one. The model configs
             may differ in scheme options that hold no weights (a RoPE ``scaling``).
@@ -208,6 +224,8 @@ def train(
     )
     path = cache_dir() / f"{key}.pt"
     if use_cache:
+        if use_shipped and shipped_path(key).exists() and not path.exists():
+            return load_shipped(key, model_config, train_config, device)
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(
             str(path) + ".lock"
@@ -223,6 +241,13 @@ def train(
                     "build trains every model before the notebooks run; add this run "
                     "to "
                     "posenc.experiments.book_runs() and run `python -m posenc.prepare`"
+                )
+            if progress:
+                print(
+                    f"training {model_config.scheme} ({train_config.steps} steps of "
+                    f"{train_config.batch_size} × {train_config.seq_len} bytes): not in "
+                    f"{cache_dir()} nor among the shipped weights",
+                    flush=True,
                 )
             result = _train(
                 model_config, train_config, corpus, device, key, progress, init
@@ -241,6 +266,78 @@ def train(
             os.replace(tmp, path)
             return result
     return _train(model_config, train_config, corpus, device, key, progress, init)
+
+
+def load_shipped(
+    key: str,
+    model_config: ModelConfig,
+    train_config: TrainConfig,
+    device: torch.device | str = "cpu",
+) -> TrainResult:
+    """The shipped weights of run ``key`` (:data:`SHIPPED_DIR`) as a
+    :class:`TrainResult` (``from_cache`` True), on ``device``, in eval mode.
+
+    Raises:
+        FileNotFoundError: no weights ship for ``key``.
+    """
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    path = shipped_path(key)
+    if not path.exists():
+        raise FileNotFoundError(f"no shipped weights for run {key} in {SHIPPED_DIR}")
+    with safe_open(str(path), "pt") as handle:
+        meta = handle.metadata()
+    state = load_file(str(path))
+    for name, original in json.loads(meta.get("aliases", "{}")).items():
+        state[name] = state[original]
+    model = TinyLM(model_config)
+    model.load_state_dict(state)
+    return TrainResult(
+        model.to(device).eval(),
+        json.loads(meta["losses"]),
+        float(meta["seconds"]),
+        True,
+        key,
+        train_config,
+    )
+
+
+def ship(key: str, provenance: dict | None = None) -> Path:
+    """Write the cached run ``key`` (``cache_dir()/key.pt``) as shipped weights:
+    safetensors with the losses, training seconds, configuration and ``provenance``
+    as metadata.
+
+    Returns:
+        The path written.
+
+    Raises:
+        FileNotFoundError: the run is not in the cache.
+    """
+    from safetensors.torch import save_file
+
+    blob = torch.load(cache_dir() / f"{key}.pt", map_location="cpu", weights_only=True)
+    metadata = {
+        "key": key,
+        "losses": json.dumps([round(float(x), 6) for x in blob["losses"]]),
+        "seconds": f"{float(blob['seconds']):.3f}",
+        "provenance": json.dumps(provenance or {}, sort_keys=True),
+    }
+    SHIPPED_DIR.mkdir(parents=True, exist_ok=True)
+    path = shipped_path(key)
+    # a table shared by the blocks (one storage under several names) is stored once;
+    # the other names are recorded as aliases of the first
+    state, aliases, first_name = {}, {}, {}
+    for name, tensor in blob["state_dict"].items():
+        storage = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
+        if storage in first_name:
+            aliases[name] = first_name[storage]
+        else:
+            first_name[storage] = name
+            state[name] = tensor.contiguous()
+    metadata["aliases"] = json.dumps(aliases, sort_keys=True)
+    save_file(state, str(path), metadata=metadata)
+    return path
 
 
 def _load(
@@ -352,6 +449,12 @@ class EvalResult:
         return self.loss / math.log(2)
 
 
+#: Tokens per forward pass at most when scoring (:func:`token_losses`): the book's
+#: small scale scores 16 windows of up to 512 bytes at once, as before; longer windows
+#: go in smaller batches (the large scale's 8 × 256 = 2048 bytes, 4 at a time).
+EVAL_BATCH_TOKENS = 8192
+
+
 @torch.no_grad()
 def token_losses(
     model: TinyLM,
@@ -360,6 +463,7 @@ def token_losses(
     *,
     max_tokens: int = 32768,
     batch_size: int = 16,
+    batch_tokens: int = EVAL_BATCH_TOKENS,
 ) -> torch.Tensor:
     """Next-byte cross-entropy (nats) at every position of every evaluation window.
 
@@ -369,7 +473,9 @@ def token_losses(
     Args:
         model: a TinyLM. data: uint8 (N,) bytes. seq_len: window length T (may exceed
         the training length). max_tokens: bytes to score. batch_size: windows per
-        forward pass.
+        forward pass, at most; fewer when ``batch_size · seq_len`` would exceed
+        ``batch_tokens``, so that memory stays bounded at long lengths (a score
+        matrix grows with T²).
 
     Returns:
         float32 tensor (num_windows, seq_len) on the CPU.
@@ -379,6 +485,8 @@ def token_losses(
         learned table shorter than ``seq_len``).
     """
     batch_size = check_int("batch_size", batch_size, minimum=1)
+    batch_tokens = check_int("batch_tokens", batch_tokens, minimum=1)
+    batch_size = max(1, min(batch_size, batch_tokens // seq_len))
     x_all, y_all = eval_windows(data, seq_len, max_tokens)
     device = next(model.parameters()).device
     was_training = model.training
@@ -421,7 +529,7 @@ def evaluate(
     losses = token_losses(
         model, data, seq_len, max_tokens=max_tokens, batch_size=batch_size
     )
-    return EvalResult(seq_len, float(losses.double().mean()), losses.numel())
+    return EvalResult(seq_len, float(cpu_float64(losses).mean()), losses.numel())
 
 
 def loss_by_position(

@@ -74,7 +74,7 @@ from .rope import apply_rope_2d, check_axis_positions
 from .sinusoidal import SINUSOIDAL_LAYOUTS, sinusoidal_encoding
 from .study import StaleResultsError, _provenance, results_dir
 from .train import REQUIRE_CACHED_ENV, TrainConfig, cache_dir, fit, tqdm
-from .utils import get_device, seed_everything
+from .utils import get_device, seed_everything, usable_cpus
 
 #: The position schemes of the tiny ViT, by name.
 VIT_SCHEMES = ("none", "learned", "sinusoidal_2d", "rope_2d")
@@ -1121,7 +1121,7 @@ def run_digits_study(
     if todo:
         folder.mkdir(parents=True, exist_ok=True)
         if workers is None:
-            workers = 1 if device != "cpu" else len(os.sched_getaffinity(0))
+            workers = 1 if device != "cpu" else usable_cpus()
             workers = min(workers, len(todo))
         bar = tqdm(
             total=len(todo),
