@@ -8,7 +8,8 @@ dependencies from the package index, and whatever else the chapter needs at the 
 versions (:func:`posenc.ensure_installed`). The cache is empty and ``POSENC_REQUIRE_CACHED`` is
 unset, as on Colab: every model a chapter loads must come from the weights that ship inside the
 package, and the test fails if anything was trained (a ``.pt`` file in the cache). Each chapter's
-wall time is printed and must stay under :data:`MAX_SECONDS`.
+wall time is printed, written to ``_build/colab-path/<chapter>.json``, and must stay under
+:data:`MAX_SECONDS`.
 
 With ``POSENC_FILL_BOOK_CACHE=1`` (set by ``make clean-env-tests``), a chapter that
 passes is also stored, executed as myst-nb executes it, in the book's execution cache of
@@ -195,6 +196,9 @@ def test_chapter_runs_alone_through_its_install_cell(tmp_path, chapter, posenc_w
     assert errors == []
     trained = sorted(p.name for p in cache.rglob("*.pt")) if cache.exists() else []
     assert trained == [], f"{chapter} trained models on the Colab path (no shipped weights?): {trained}"
+    times = ROOT / "_build" / "colab-path"
+    times.mkdir(parents=True, exist_ok=True)
+    (times / f"{Path(chapter).name}.json").write_text(json.dumps({"chapter": chapter, "seconds": round(seconds, 1)}))
     print(f"{chapter}: {seconds:.0f} s on the Colab path")
     assert seconds < MAX_SECONDS, f"{chapter} took {seconds:.0f} s on the Colab path (at most {MAX_SECONDS})"
 

@@ -127,3 +127,21 @@ def test_the_parallel_execution_step_sees_the_books_chapters_and_cache(tmp_path)
     next(c for c in changed.cells if c.cell_type == "code").source += "\n"
     with pytest.raises(KeyError):
         cache.match_cache_notebook(changed)
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
+def test_packages_are_installed_by_version_and_the_scale_is_chosen(nb):
+    """One way to install what a chapter needs beyond posenc: posenc.ensure_installed, at the book's
+    pins, never by presence; and the experiment scale is the reader's choice (POSENC_SCALE), never
+    the hardware's."""
+    code = "\n".join("".join(c["source"]) for c in cells(nb) if c["cell_type"] == "code")
+    first = "".join(next(c for c in cells(nb) if c["cell_type"] == "code")["source"])
+    uses = {name for name, pattern in (("transformers", r"\bimport transformers\b|from transformers\b|pretrained\.load"),
+                                       ("gguf", r"pretrained\.load\(\"smollm2\"")) if re.search(pattern, code)}
+    for name in uses:
+        assert re.search(rf"ensure_installed\([^)]*\"{name}\"", first), f"{nb.stem} uses {name}: ensure_installed it"
+    assert not re.search(r"find_spec\(\"(transformers|gguf|accelerate)\"\)", first), "installs by presence"
+    assert not re.search(r"pip\", \"install\"[^\n]*transformers", first), "installs transformers by hand"
+    assert not re.search(r"if device\.type == \"cuda\" else", code), "the scale is switched by the hardware"
+    if re.search(r"^SCALE =", first, flags=re.M):
+        assert "SCALE = book_scale()" in first

@@ -138,6 +138,22 @@ def test_the_large_scale_is_an_explicit_opt_in(monkeypatch):
         experiments.book_scale()
 
 
+def test_a_chapter_says_what_it_will_train(monkeypatch, tmp_path):
+    """Small scale: every model ships, nothing trains. Large scale with an empty cache:
+    the sentence counts the missing runs and gives their length."""
+    from posenc import experiments
+
+    monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path))
+    assert "nothing will be trained" in experiments.training_plan("small")
+    large = experiments.training_plan("large")
+    runs = len(experiments.book_runs("large"))
+    assert f"{runs} of the book's {runs} models" in large
+    steps = experiments.SCALES["large"]["train"]["steps"]
+    assert f"{steps} steps" in large
+    with pytest.raises(ValueError, match="'huge'"):
+        experiments.training_plan("huge")
+
+
 def test_scoring_bounds_the_tokens_per_forward_pass(monkeypatch):
     from posenc.model import ModelConfig, TinyLM
     from posenc.train import token_losses

@@ -149,13 +149,12 @@ def _snapshot() -> dict[str, bytes]:
     ``PROVENANCE.json``)."""
     if not SNAPSHOT.exists():
         raise FileNotFoundError(
-            f"the standard-library snapshot {SNAPSHOT} is missing: reinstall posenc, or "
-            "run `python -m posenc.data --snapshot` with CPython 3.11.7"
+            f"the standard-library snapshot {SNAPSHOT} is missing: reinstall "
+            "posenc, or run `python -m posenc.data --snapshot` with CPython 3.11.7"
         )
     with tarfile.open(SNAPSHOT, "r:xz") as archive:
-        return {
-            m.name: archive.extractfile(m).read() for m in archive.getmembers() if m.isfile()
-        }
+        members = [m for m in archive.getmembers() if m.isfile()]
+        return {m.name: archive.extractfile(m).read() for m in members}
 
 
 def snapshot_provenance() -> dict:
@@ -209,7 +208,9 @@ def stdlib_file(relative: str, *, source: str = "snapshot") -> bytes:
     try:
         return _snapshot()[f"stdlib/{relative}"]
     except KeyError:
-        raise FileNotFoundError(f"{relative} is not in the snapshot {SNAPSHOT}") from None
+        raise FileNotFoundError(
+            f"{relative} is not in the snapshot {SNAPSHOT}"
+        ) from None
 
 
 def load_stdlib_corpus(
@@ -393,11 +394,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if platform.python_version() != SNAPSHOT_PYTHON:
         print(
-            f"warning: this is Python {platform.python_version()}, the shipped snapshot "
-            f"is of {SNAPSHOT_PYTHON}: cache keys and stored results will not match"
+            f"warning: this is Python {platform.python_version()}, the shipped "
+            f"snapshot is of {SNAPSHOT_PYTHON}: cache keys and stored results "
+            "will not match"
         )
     path = write_stdlib_snapshot()
-    print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB): {snapshot_provenance()}")
+    size_mib = path.stat().st_size / 2**20
+    print(f"wrote {path} ({size_mib:.1f} MiB): {snapshot_provenance()}")
     return 0
 
 

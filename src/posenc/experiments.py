@@ -59,6 +59,39 @@ def book_scale() -> str:
     return scale
 
 
+def training_plan(scale: str | None = None) -> str:
+    """What the chapters will have to train at ``scale`` (default :func:`book_scale`),
+    in one sentence a chapter prints before it loads a model: nothing at the small
+    scale (its weights ship with posenc), else how many of the book's runs are
+    missing and how long each is.
+
+    Raises:
+        ValueError: an unknown scale.
+    """
+    from .data import load_stdlib_corpus
+    from .prepare import missing_runs
+
+    scale = book_scale() if scale is None else scale
+    if scale not in SCALES:
+        raise ValueError(
+            f"scale must be one of {', '.join(map(repr, SCALES))}; got {scale!r}"
+        )
+    runs = book_runs(scale)
+    missing = missing_runs(runs, load_stdlib_corpus(), scale)
+    if not missing:
+        return (
+            f"scale {scale!r}: every model the chapters load ships with posenc or is "
+            "cached; nothing will be trained."
+        )
+    train = TrainConfig(**SCALES[scale]["train"])
+    return (
+        f"scale {scale!r}: {len(missing)} of the book's {len(runs)} models are neither "
+        "shipped nor cached, so each chapter trains the ones it loads before using "
+        f"them: {train.steps} steps of {train.batch_size} × {train.seq_len} bytes each "
+        "(minutes on a GPU, much longer on a CPU; not measured here)."
+    )
+
+
 #: Evaluation lengths, as multiples of the training length.
 LENGTH_MULTIPLES = (1, 2, 4, 8)
 #: A learned table covers this many training lengths (so 8× is past its end).

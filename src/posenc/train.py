@@ -245,8 +245,8 @@ def train(
             if progress:
                 print(
                     f"training {model_config.scheme} ({train_config.steps} steps of "
-                    f"{train_config.batch_size} × {train_config.seq_len} bytes): not in "
-                    f"{cache_dir()} nor among the shipped weights",
+                    f"{train_config.batch_size} × {train_config.seq_len} bytes): "
+                    f"not in {cache_dir()} nor among the shipped weights",
                     flush=True,
                 )
             result = _train(
