@@ -155,6 +155,28 @@ def run(python: Path, code: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([python, "-c", code], cwd=cwd, env=env, capture_output=True, text=True)
 
 
+def installed_packages(python: Path, cwd: Path) -> list[str]:
+    """``name==version`` of every distribution the clean Python sees."""
+    listing = run(python, "import importlib.metadata as m; print(*sorted({f'{d.metadata[\"Name\"]}=="
+                  "{d.version}' for d in m.distributions()}), sep='\\n')", cwd)
+    return listing.stdout.split()
+
+
+def shipped_weights_read(weights: Path, since: float) -> dict:
+    """Which shipped weight files the chapter read, from their access times (a record, never
+    asserted: a file system mounted noatime reports none), and the training time they
+    replaced (the ``seconds`` of their provenance: what the chapter took to train them
+    before posenc shipped weights, on the machine that trained them, one thread)."""
+    from safetensors import safe_open
+
+    read = sorted(p for p in weights.glob("*.safetensors") if p.stat().st_atime >= since)
+    seconds = 0.0
+    for path in read:
+        with safe_open(str(path), "pt") as handle:
+            seconds += float(handle.metadata()["seconds"])
+    return {"shipped_runs_read": len(read), "training_seconds_replaced": round(seconds, 1)}
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_chapter_runs_alone_through_its_install_cell(tmp_path, chapter, posenc_wheel):
     python = clean_python(tmp_path / "env")
@@ -181,6 +203,8 @@ def test_chapter_runs_alone_through_its_install_cell(tmp_path, chapter, posenc_w
     }))
     manager = KernelManager(kernel_name="posenc-clean", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernels)]))
     nb = nbformat.read(notebook, as_version=4)
+    before = installed_packages(python, work)
+    started = time.time()
     start = time.perf_counter()
     # record_timing off, as myst-nb executes: the outputs may go into the book's cache
     NotebookClient(nb, km=manager, timeout=600, record_timing=False,
@@ -198,7 +222,12 @@ def test_chapter_runs_alone_through_its_install_cell(tmp_path, chapter, posenc_w
     assert trained == [], f"{chapter} trained models on the Colab path (no shipped weights?): {trained}"
     times = ROOT / "_build" / "colab-path"
     times.mkdir(parents=True, exist_ok=True)
-    (times / f"{Path(chapter).name}.json").write_text(json.dumps({"chapter": chapter, "seconds": round(seconds, 1)}))
+    record = {"chapter": chapter, "seconds": round(seconds, 1),
+              "installed": sorted(set(installed_packages(python, work)) - set(before)),
+              "downloaded": sorted(str(p.relative_to(cache)) for p in cache.rglob("*") if p.is_file())
+              if cache.exists() else [],
+              **shipped_weights_read(installed.parent / "weights", started)}
+    (times / f"{Path(chapter).name}.json").write_text(json.dumps(record, indent=1))
     print(f"{chapter}: {seconds:.0f} s on the Colab path")
     assert seconds < MAX_SECONDS, f"{chapter} took {seconds:.0f} s on the Colab path (at most {MAX_SECONDS})"
 

@@ -133,7 +133,7 @@ def test_llama3_keeps_high_and_interpolates_low_frequencies():
 
 def test_all_types_return_float32_half_dim():
     scalings = {
-        "linear": {"factor": 2.0}, "ntk": {"factor": 2.0},
+        "default": {}, "linear": {"factor": 2.0}, "ntk": {"factor": 2.0},
         "dynamic": {"factor": 2.0, "original_max_position_embeddings": 8},
         "yarn": {"factor": 2.0, "original_max_position_embeddings": 8},
         "llama3": {"factor": 2.0, "original_max_position_embeddings": 8, "low_freq_factor": 1.0, "high_freq_factor": 4.0},
@@ -165,6 +165,34 @@ def test_all_types_return_float32_half_dim():
 def test_bad_scaling_is_named(scaling, error, message):
     with pytest.raises(error, match=message):
         check_scaling(scaling)
+
+
+def test_each_rope_type_is_one_entry_of_the_dict():
+    """check_scaling and rope_inv_freq read only posenc's ROPE_INIT_FUNCTIONS: a new
+    entry is a new rope_type, with its keys checked and its function called."""
+    from posenc import scaling as module
+
+    assert module.ROPE_TYPES == tuple(module.ROPE_INIT_FUNCTIONS)
+    plain, _ = rope_inv_freq(8, 100.0)
+    torch.testing.assert_close(rope_inv_freq(8, 100.0, {"rope_type": "default"})[0], plain)
+    with pytest.raises(ValueError, match=r"does not take \['factor'\]"):
+        check_scaling({"rope_type": "default", "factor": 2.0})
+
+    def halved(dim, base, scaling, seq_len):
+        return module.compute_inv_freq(dim, base) / 2, 1.5
+
+    rule = module.RopeType(halved, frozenset({"factor"}))
+    try:
+        module.ROPE_INIT_FUNCTIONS["halved"] = rule
+        module.ROPE_TYPES = tuple(module.ROPE_INIT_FUNCTIONS)
+        inv_freq, factor = rope_inv_freq(8, 100.0, {"rope_type": "halved", "factor": 2.0})
+        torch.testing.assert_close(inv_freq, plain / 2)
+        assert factor == 1.5
+        with pytest.raises(ValueError, match=r"needs \['factor'\]"):
+            check_scaling({"rope_type": "halved"})
+    finally:
+        del module.ROPE_INIT_FUNCTIONS["halved"]
+        module.ROPE_TYPES = tuple(module.ROPE_INIT_FUNCTIONS)
 
 
 def test_bad_sizes_are_named():

@@ -26,7 +26,9 @@ rotated features:
   ``_compute_proportional_rope_parameters``): only the first ⌊p·d_h/2⌋ pairs rotate,
   with the exponents 2i/d_h of the *full* head; the other pairs get θ = 0 (no rotation).
 
-Parameter names and the formulas follow Hugging Face's
+Each ``rope_type`` is one small function and one entry of :data:`ROPE_INIT_FUNCTIONS`
+(its required and optional keys beside it), as in transformers; a new type is a new
+entry. Parameter names and the formulas follow Hugging Face's
 ``transformers.modeling_rope_utils``, and the tests hold the results equal to its
 ``ROPE_INIT_FUNCTIONS`` (static "ntk" against "dynamic", which equals it at the length
 where ``factor·ℓ/L − (factor − 1) = s``). :func:`rope_inv_freq_from_config` reads a
@@ -36,40 +38,14 @@ transformers v5 ``config.rope_parameters`` dict directly.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from numbers import Integral, Real
 
 import torch
 
 from ._checks import check_base, check_choice, check_even_dim, check_int
 from .sinusoidal import compute_inv_freq
-
-ROPE_TYPES = ("linear", "ntk", "dynamic", "yarn", "llama3", "longrope", "proportional")
-
-_REQUIRED = {
-    "linear": {"factor"},
-    "ntk": {"factor"},
-    "dynamic": {"factor", "original_max_position_embeddings"},
-    "yarn": {"factor", "original_max_position_embeddings"},
-    "llama3": {
-        "factor",
-        "original_max_position_embeddings",
-        "low_freq_factor",
-        "high_freq_factor",
-    },
-    "longrope": {"short_factor", "long_factor", "original_max_position_embeddings"},
-    "proportional": set(),
-}
-_OPTIONAL = {
-    "linear": set(),
-    "ntk": set(),
-    "dynamic": set(),
-    "yarn": {"beta_fast", "beta_slow", "attention_factor", "truncate"},
-    "llama3": set(),
-    "longrope": {"factor", "attention_factor"},
-    "proportional": {"factor", "partial_rotary_factor"},
-}
-
 
 def _positive(name: str, value: object) -> float:
     if (
@@ -175,26 +151,27 @@ def check_scaling(scaling: dict | None) -> dict | None:
             f"{', '.join(ROPE_TYPES)}), got keys {sorted(scaling)}"
         )
     rope_type = check_choice("rope_type", scaling["rope_type"], ROPE_TYPES)
+    rule = ROPE_INIT_FUNCTIONS[rope_type]
     keys = set(scaling) - {"rope_type"}
-    missing = _REQUIRED[rope_type] - keys
+    missing = rule.required - keys
     if missing:
         raise ValueError(
             f"rope_type {rope_type!r} needs {sorted(missing)}; "
             f"got keys {sorted(scaling)}"
         )
-    unknown = keys - _REQUIRED[rope_type] - _OPTIONAL[rope_type]
+    unknown = keys - rule.required - rule.optional
     if unknown:
-        allowed = sorted(_REQUIRED[rope_type] | _OPTIONAL[rope_type])
+        allowed = sorted(rule.required | rule.optional)
         raise ValueError(
             f"rope_type {rope_type!r} does not take {sorted(unknown)}; "
             f"its keys are {allowed}"
         )
     out = dict(scaling)
-    if rope_type == "proportional":
-        out.setdefault("factor", 1.0)
-    # required by every type but "longrope" (optional: None means absent, as in
-    # transformers) and "proportional" (default 1)
-    if "factor" in out and not (rope_type == "longrope" and out["factor"] is None):
+    for key, value in rule.defaults.items():
+        out.setdefault(key, value)
+    # factor: required by most types; optional for "longrope" (None means absent, as
+    # in transformers) and "proportional" (default 1)
+    if "factor" in rule.required or out.get("factor") is not None:
         out["factor"] = _positive("factor", out["factor"])
         if out["factor"] < 1:
             raise ValueError(
@@ -208,34 +185,43 @@ def check_scaling(scaling: dict | None) -> dict | None:
                 "original_max_position_embeddings must be a positive int, "
                 f"got {length!r}"
             )
-    if rope_type == "yarn":
-        out["beta_fast"] = _positive("beta_fast", out.get("beta_fast", 32.0))
-        out["beta_slow"] = _positive("beta_slow", out.get("beta_slow", 1.0))
-        if out["beta_fast"] <= out["beta_slow"]:
-            raise ValueError(
-                f"beta_fast must exceed beta_slow, got beta_fast="
-                f"{out['beta_fast']}, beta_slow={out['beta_slow']}"
-            )
-        if out.get("attention_factor") is not None:
-            temperature = _positive("attention_factor", out["attention_factor"])
-            out["attention_factor"] = temperature
-        out["truncate"] = _check_bool("truncate", out.get("truncate", True))
-    if rope_type == "llama3":
-        low = _positive("low_freq_factor", out["low_freq_factor"])
-        high = _positive("high_freq_factor", out["high_freq_factor"])
-        if low >= high:
-            raise ValueError(
-                f"low_freq_factor must be below high_freq_factor, got {low} and {high}"
-            )
-    if rope_type == "longrope":
-        _check_longrope(out)
-    if rope_type == "proportional":
-        out["partial_rotary_factor"] = _fraction(
-            "partial_rotary_factor",
-            out.get("partial_rotary_factor", 1.0),
-            low_open=False,
-        )
+    rule.check(out)
     return out
+
+
+def _check_nothing(out: dict) -> None:
+    """A rope_type with no rule beyond its keys and ``factor``."""
+
+
+def _check_yarn(out: dict) -> None:
+    """Validate (in place) the yarn part of a scaling dict."""
+    out["beta_fast"] = _positive("beta_fast", out["beta_fast"])
+    out["beta_slow"] = _positive("beta_slow", out["beta_slow"])
+    if out["beta_fast"] <= out["beta_slow"]:
+        raise ValueError(
+            f"beta_fast must exceed beta_slow, got beta_fast="
+            f"{out['beta_fast']}, beta_slow={out['beta_slow']}"
+        )
+    if out.get("attention_factor") is not None:
+        out["attention_factor"] = _positive("attention_factor", out["attention_factor"])
+    out["truncate"] = _check_bool("truncate", out["truncate"])
+
+
+def _check_llama3(out: dict) -> None:
+    """Validate the llama3 part of a scaling dict."""
+    low = _positive("low_freq_factor", out["low_freq_factor"])
+    high = _positive("high_freq_factor", out["high_freq_factor"])
+    if low >= high:
+        raise ValueError(
+            f"low_freq_factor must be below high_freq_factor, got {low} and {high}"
+        )
+
+
+def _check_proportional(out: dict) -> None:
+    """Validate (in place) the proportional part of a scaling dict."""
+    out["partial_rotary_factor"] = _fraction(
+        "partial_rotary_factor", out["partial_rotary_factor"], low_open=False
+    )
 
 
 def _check_longrope(out: dict) -> None:
@@ -247,7 +233,6 @@ def _check_longrope(out: dict) -> None:
             f"short_factor and long_factor must have the same length (one factor "
             f"per rotated pair), got {len(short)} and {len(long)}"
         )
-    out.setdefault("factor", None)
     if out.get("attention_factor") is not None:
         out["attention_factor"] = _positive("attention_factor", out["attention_factor"])
     else:
@@ -365,9 +350,11 @@ def rope_inv_freq(
             for "proportional", which takes the full head width d_h and rotates part
             of it itself.
         base: frequency base b, finite and > 0.
-        scaling: None for plain RoPE, or a dict with ``"rope_type"`` in ``"linear"``,
-            ``"ntk"``, ``"dynamic"``, ``"yarn"``, ``"llama3"``, ``"longrope"``,
-            ``"proportional"`` and Hugging Face's parameter names: ``factor`` (s ≥ 1;
+        scaling: None (or ``{"rope_type": "default"}``) for plain RoPE, or a dict
+            with ``"rope_type"`` in ``"linear"``, ``"ntk"``, ``"dynamic"``,
+            ``"yarn"``, ``"llama3"``, ``"longrope"``, ``"proportional"`` (the keys of
+            :data:`ROPE_INIT_FUNCTIONS`, one function per type) and Hugging Face's
+            parameter names: ``factor`` (s ≥ 1;
             required except for "longrope" and "proportional");
             ``original_max_position_embeddings`` (the training length L, int;
             "dynamic", "yarn", "llama3", "longrope"); ``beta_fast`` (32),
@@ -410,48 +397,83 @@ def rope_inv_freq(
     base = check_base(base)
     scaling = check_scaling(scaling)
     seq_len = _check_seq_len(seq_len)
-    inv_freq = compute_inv_freq(dim, base)
     if scaling is None:
-        return inv_freq, 1.0
-    if scaling["rope_type"] == "longrope":
-        return _longrope(dim, base, scaling, seq_len)
-    if scaling["rope_type"] == "proportional":
-        # as transformers: int(p·d_h // 2) rotated pairs, exponents 2i/d_h
-        angles = int(scaling["partial_rotary_factor"] * dim // 2)
-        inv_freq[angles:] = 0.0
-        return inv_freq / scaling["factor"], 1.0
-    rope_type, factor = scaling["rope_type"], scaling["factor"]
-    if rope_type == "linear":
-        return inv_freq / factor, 1.0
-    if rope_type == "ntk":
-        return compute_inv_freq(dim, base * factor ** (dim / (dim - 2))), 1.0
-    if rope_type == "dynamic":
-        original = scaling["original_max_position_embeddings"]
-        length = original if seq_len is None else max(seq_len, original)
-        scale = factor * length / original - (factor - 1)
-        return compute_inv_freq(dim, base * scale ** (dim / (dim - 2))), 1.0
-    if rope_type == "yarn":
-        original = scaling["original_max_position_embeddings"]
-        gamma = yarn_ramp(
-            dim,
-            base,
-            beta_fast=scaling["beta_fast"],
-            beta_slow=scaling["beta_slow"],
-            original_max_position_embeddings=original,
-            truncate=scaling["truncate"],
-        )
-        attention_factor = scaling.get("attention_factor")
-        if attention_factor is None:
-            attention_factor = yarn_attention_factor(factor)
-        inv_freq = inv_freq * (1 - gamma) + (inv_freq / factor) * gamma
-        return inv_freq, float(attention_factor)
-    # llama3
+        return compute_inv_freq(dim, base), 1.0
+    rule = ROPE_INIT_FUNCTIONS[scaling["rope_type"]]
+    return rule.inv_freq(dim, base, scaling, seq_len)
+
+
+# One function per rope_type, as transformers' ROPE_INIT_FUNCTIONS: each takes the
+# rotated width d (dim), the base b, the validated scaling dict and the current length
+# ℓ (seq_len, or None) and returns (inv_freq (d/2,) float32, attention_factor).
+
+
+def _default(dim: int, base: float, scaling: dict, seq_len: int | None):
+    """Plain RoPE, θ_i = b^(−2i/d) (Su et al. 2021, Eq. 15)."""
+    return compute_inv_freq(dim, base), 1.0
+
+
+def _linear(dim: int, base: float, scaling: dict, seq_len: int | None):
+    """Position Interpolation: θ_i / s (Chen et al. 2023, Eq. 2)."""
+    return compute_inv_freq(dim, base) / scaling["factor"], 1.0
+
+
+def _ntk(dim: int, base: float, scaling: dict, seq_len: int | None):
+    """NTK-aware: the base b·s^(d/(d−2)) (bloc97 2023; Peng et al. 2023 §3.1)."""
+    factor = scaling["factor"]
+    return compute_inv_freq(dim, base * factor ** (dim / (dim - 2))), 1.0
+
+
+def _dynamic(dim: int, base: float, scaling: dict, seq_len: int | None):
+    """Dynamic NTK: the NTK base at s' = s·ℓ/L − (s − 1) for ℓ > L (Peng et al.
+    2023 §3.3)."""
+    factor = scaling["factor"]
+    original = scaling["original_max_position_embeddings"]
+    length = original if seq_len is None else max(seq_len, original)
+    scale = factor * length / original - (factor - 1)
+    return compute_inv_freq(dim, base * scale ** (dim / (dim - 2))), 1.0
+
+
+def _yarn(dim: int, base: float, scaling: dict, seq_len: int | None):
+    """YaRN: per pair, interpolate by the ramp γ_i (1: interpolate), and the
+    attention factor 0.1·ln s + 1 (Peng et al. 2023, Eq. 18–23)."""
+    inv_freq, factor = compute_inv_freq(dim, base), scaling["factor"]
+    gamma = yarn_ramp(
+        dim,
+        base,
+        beta_fast=scaling["beta_fast"],
+        beta_slow=scaling["beta_slow"],
+        original_max_position_embeddings=scaling["original_max_position_embeddings"],
+        truncate=scaling["truncate"],
+    )
+    attention_factor = scaling.get("attention_factor")
+    if attention_factor is None:
+        attention_factor = yarn_attention_factor(factor)
+    inv_freq = inv_freq * (1 - gamma) + (inv_freq / factor) * gamma
+    return inv_freq, float(attention_factor)
+
+
+def _llama3(dim: int, base: float, scaling: dict, seq_len: int | None):
+    """Llama 3.1: interpolate wavelengths longer than L/low_freq_factor by s, keep
+    those shorter than L/high_freq_factor, blend in L/λ between (Meta's reference
+    ``apply_scaling``)."""
+    inv_freq, factor = compute_inv_freq(dim, base), scaling["factor"]
     original = scaling["original_max_position_embeddings"]
     low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
     wavelength = 2 * math.pi / inv_freq
     # 0: interpolate, 1: keep
     smooth = ((original / wavelength - low) / (high - low)).clamp(0, 1)
     return (1 - smooth) * inv_freq / factor + smooth * inv_freq, 1.0
+
+
+def _proportional(dim: int, base: float, scaling: dict, seq_len: int | None):
+    """Gemma 4's global layers: ⌊p·d_h/2⌋ pairs rotate with exponents 2i/d_h of the
+    full head, the others get θ = 0 (transformers'
+    ``_compute_proportional_rope_parameters``)."""
+    inv_freq = compute_inv_freq(dim, base)
+    angles = int(scaling["partial_rotary_factor"] * dim // 2)
+    inv_freq[angles:] = 0.0
+    return inv_freq / scaling["factor"], 1.0
 
 
 def _longrope(
@@ -476,6 +498,58 @@ def _longrope(
         attention_factor = longrope_attention_factor(scaling["factor"], original)
     return inv_freq, float(attention_factor)
 
+
+@dataclass(frozen=True)
+class RopeType:
+    """One ``rope_type``: the function that computes its frequencies, the keys it
+    needs and may take (besides ``rope_type``), their defaults, and the checks of its
+    own values (run on a copy of the dict after ``factor`` and
+    ``original_max_position_embeddings`` are validated)."""
+
+    inv_freq: Callable[[int, float, dict, int | None], tuple[torch.Tensor, float]]
+    required: frozenset[str] = frozenset()
+    optional: frozenset[str] = frozenset()
+    defaults: Mapping[str, object] = field(default_factory=dict)
+    check: Callable[[dict], None] = _check_nothing
+
+
+_LENGTH = "original_max_position_embeddings"
+
+#: Every ``rope_type`` posenc implements, by name. To add one, write its function and
+#: add an entry: :func:`check_scaling` and :func:`rope_inv_freq` read only this dict.
+ROPE_INIT_FUNCTIONS: dict[str, RopeType] = {
+    "default": RopeType(_default),
+    "linear": RopeType(_linear, frozenset({"factor"})),
+    "ntk": RopeType(_ntk, frozenset({"factor"})),
+    "dynamic": RopeType(_dynamic, frozenset({"factor", _LENGTH})),
+    "yarn": RopeType(
+        _yarn,
+        frozenset({"factor", _LENGTH}),
+        frozenset({"beta_fast", "beta_slow", "attention_factor", "truncate"}),
+        {"beta_fast": 32.0, "beta_slow": 1.0, "truncate": True},
+        _check_yarn,
+    ),
+    "llama3": RopeType(
+        _llama3,
+        frozenset({"factor", _LENGTH, "low_freq_factor", "high_freq_factor"}),
+        check=_check_llama3,
+    ),
+    "longrope": RopeType(
+        _longrope,
+        frozenset({"short_factor", "long_factor", _LENGTH}),
+        frozenset({"factor", "attention_factor"}),
+        {"factor": None},
+        _check_longrope,
+    ),
+    "proportional": RopeType(
+        _proportional,
+        optional=frozenset({"factor", "partial_rotary_factor"}),
+        defaults={"factor": 1.0, "partial_rotary_factor": 1.0},
+        check=_check_proportional,
+    ),
+}
+#: The ``rope_type`` names of :data:`ROPE_INIT_FUNCTIONS`.
+ROPE_TYPES = tuple(ROPE_INIT_FUNCTIONS)
 
 TRANSFORMERS_ROPE_TYPES = (
     "default",
