@@ -18,6 +18,8 @@ import torch.nn.functional as F
 from scipy import stats
 
 import posenc.study as study
+import posenc.study_grid as study_grid
+from posenc import probes
 from posenc.model import ModelConfig, TinyLM
 from posenc.schemes import available_schemes
 
@@ -40,7 +42,7 @@ def test_probe_batch_scores_exactly_the_answer(task, seq_len):
         for t in scored[b].nonzero().flatten().tolist():
             assert y[b, t] in x[b, : t + 1 - (1 if task != "copy" else 0)]
     # ... and is never a noise byte (the answer is unambiguous)
-    lo, hi = study._NOISE
+    lo, hi = probes._NOISE
     assert not ((y[scored] >= lo) & (y[scored] < hi)).any()
 
 
@@ -48,7 +50,7 @@ def test_probe_answer_is_where_the_needle_was():
     g = torch.Generator().manual_seed(1)
     x, y, depth = study.probe_batch("passkey", 16, 200, generator=g)
     for b in range(16):
-        start = (x[b] == study._MARK).nonzero().flatten()
+        start = (x[b] == probes._MARK).nonzero().flatten()
         assert len(start) == 1 and depth[b] == start[0] / 200
         key = x[b, start[0] + 1 : start[0] + 6]
         assert torch.equal(y[b][y[b] != -100], key)
@@ -91,7 +93,7 @@ def _play_guessers(task: str, sequences: int, seq_len: int, seed: int) -> dict[s
     generator: each sees the multiset of bytes before the target (and, the bag guesser,
     the answers it already gave), never their positions."""
     x, y, _ = study.probe_batch(task, sequences, seq_len, generator=torch.Generator().manual_seed(seed))
-    lo, hi = study._VALUES if task == "associative_recall" else study._SYMBOLS
+    lo, hi = probes._VALUES if task == "associative_recall" else probes._SYMBOLS
     uniform, bag = [], []
     for row_x, row_y in zip(x.tolist(), y.tolist()):
         scored = [t for t, target in enumerate(row_y) if target != -100]
@@ -128,12 +130,12 @@ def test_probe_floors_are_what_position_free_guessers_score_on_the_generator(tas
 def test_probe_floors_in_closed_form():
     assert study.copy_floor() == {"uniform": 1 / 16, "bag": pytest.approx(sum(1 / k for k in range(1, 16)) / 15)}
     # one answer drawn from a alphabet: both guessers are always right
-    assert study._iid_floors(1, 32) == {"uniform": 1.0, "bag": 1.0}
+    assert probes._iid_floors(1, 32) == {"uniform": 1.0, "bag": 1.0}
     # two answers from two values: equal with probability 1/2 (then both right), else the uniform
     # guesser is right half the time and the bag guesser half the time on the first, always on the second
-    assert study._iid_floors(2, 2) == {"uniform": pytest.approx(0.5 + 0.5 * 0.5), "bag": pytest.approx(0.5 + 0.5 * 0.75)}
-    assert sum(study._pattern_probability(p, 32) for p in study._set_partitions(5)) == pytest.approx(1.0)
-    assert len(list(study._set_partitions(5))) == 52  # the Bell number B5
+    assert probes._iid_floors(2, 2) == {"uniform": pytest.approx(0.5 + 0.5 * 0.5), "bag": pytest.approx(0.5 + 0.5 * 0.75)}
+    assert sum(probes._pattern_probability(p, 32) for p in probes._set_partitions(5)) == pytest.approx(1.0)
+    assert len(list(probes._set_partitions(5))) == 52  # the Bell number B5
     with pytest.raises(ValueError, match="task must be one of"):
         study.probe_floor("needle")
 
@@ -296,9 +298,9 @@ def tiny_preset(monkeypatch, tmp_path):
         },
     )
     monkeypatch.setattr(study, "results_dir", lambda name="x": tmp_path / name)
-    monkeypatch.setattr(study, "available_schemes", lambda: ("none", "alibi"))
-    monkeypatch.setattr(study, "bucket_variants", lambda L: {})
-    monkeypatch.setattr(study, "pattern_variants", lambda L, n: {})
+    monkeypatch.setattr(study_grid, "available_schemes", lambda: ("none", "alibi"))
+    monkeypatch.setattr(study_grid, "bucket_variants", lambda L: {})
+    monkeypatch.setattr(study_grid, "pattern_variants", lambda L, n: {})
     monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path / "weights"))
     monkeypatch.delenv("POSENC_REQUIRE_CACHED", raising=False)
     return tmp_path
