@@ -380,3 +380,48 @@ def test_quotes_put_paired_intervals_into_words():
                              "(not resolved with 3 seeds)")
     assert q.number(-0.0004, sign=True) == "-0.0004"
     assert q.names(["x", "y", "z"]) == "`x`, `y` and `z`"
+
+
+def _loss_frame(values_by_seed):
+    import pandas as pd
+
+    rows = [("a", s, "lm", 64, 64 * m, "loss_sliding", v)
+            for s, by_m in enumerate(values_by_seed) for m, v in by_m.items()]
+    return pd.DataFrame(rows, columns=["scheme", "seed", "kind", "train_length",
+                                       "eval_length", "metric", "value"])
+
+
+def test_quotes_change_is_guarded_where_no_interval_exists():
+    """Quotes.change is paired_difference of the two lengths: with one seed the interval
+    is NaN and the change is not resolved; where the two lengths share no seed (a scheme
+    that cannot run at m·L) it raises instead of quoting a NaN mean."""
+    q = study.Quotes(_loss_frame([{1: 1.0, 2: 1.25, 8: 1.5}]), train_length=64)
+    d = q.change("a", 8)
+    assert d["mean"] == pytest.approx(0.5) and d["n"] == 1
+    assert math.isnan(d["lower"]) and math.isnan(d["upper"]) and d["resolved"] is False
+    assert q.change("a", 8, base=2)["mean"] == pytest.approx(0.25)
+    with pytest.raises(ValueError, match=r"'a' has no seed scored at both 4·L and 1·L"):
+        q.change("a", 4)
+    with pytest.raises(ValueError, match="must differ"):
+        q.change("a", 1)
+
+
+def test_quotes_change_keeps_the_stored_values():
+    """On the stored study, the paired change is the seed-by-seed difference it always
+    was (mean and Student-t interval of loss at m·L minus loss at L)."""
+    q = study.Quotes()
+    compared = 0
+    for scheme in q.lm["scheme"].unique():
+        for m in (2, 4, 8):
+            for metric in ("loss_sliding", "loss_matched"):
+                diff = (q.values(scheme, m, metric) - q.values(scheme, 1, metric)).dropna()
+                if diff.empty:
+                    continue
+                mean, lower, upper = study.mean_ci(diff)
+                d = q.change(scheme, m, metric=metric)
+                assert (d["mean"], d["lower"], d["upper"]) == pytest.approx(
+                    (mean, lower, upper), rel=1e-12, abs=1e-15), (scheme, m, metric)
+                assert d["n"] == len(diff)
+                assert d["resolved"] == bool(lower > 0 or upper < 0)
+                compared += 1
+    assert compared > 50
