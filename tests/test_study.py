@@ -18,6 +18,8 @@ import torch.nn.functional as F
 from scipy import stats
 
 import posenc.study as study
+import posenc.study_grid as study_grid
+from posenc import probes
 from posenc.model import ModelConfig, TinyLM
 from posenc.schemes import available_schemes
 
@@ -40,7 +42,7 @@ def test_probe_batch_scores_exactly_the_answer(task, seq_len):
         for t in scored[b].nonzero().flatten().tolist():
             assert y[b, t] in x[b, : t + 1 - (1 if task != "copy" else 0)]
     # ... and is never a noise byte (the answer is unambiguous)
-    lo, hi = study._NOISE
+    lo, hi = probes._NOISE
     assert not ((y[scored] >= lo) & (y[scored] < hi)).any()
 
 
@@ -48,7 +50,7 @@ def test_probe_answer_is_where_the_needle_was():
     g = torch.Generator().manual_seed(1)
     x, y, depth = study.probe_batch("passkey", 16, 200, generator=g)
     for b in range(16):
-        start = (x[b] == study._MARK).nonzero().flatten()
+        start = (x[b] == probes._MARK).nonzero().flatten()
         assert len(start) == 1 and depth[b] == start[0] / 200
         key = x[b, start[0] + 1 : start[0] + 6]
         assert torch.equal(y[b][y[b] != -100], key)
@@ -91,7 +93,7 @@ def _play_guessers(task: str, sequences: int, seq_len: int, seed: int) -> dict[s
     generator: each sees the multiset of bytes before the target (and, the bag guesser,
     the answers it already gave), never their positions."""
     x, y, _ = study.probe_batch(task, sequences, seq_len, generator=torch.Generator().manual_seed(seed))
-    lo, hi = study._VALUES if task == "associative_recall" else study._SYMBOLS
+    lo, hi = probes._VALUES if task == "associative_recall" else probes._SYMBOLS
     uniform, bag = [], []
     for row_x, row_y in zip(x.tolist(), y.tolist()):
         scored = [t for t, target in enumerate(row_y) if target != -100]
@@ -128,12 +130,12 @@ def test_probe_floors_are_what_position_free_guessers_score_on_the_generator(tas
 def test_probe_floors_in_closed_form():
     assert study.copy_floor() == {"uniform": 1 / 16, "bag": pytest.approx(sum(1 / k for k in range(1, 16)) / 15)}
     # one answer drawn from a alphabet: both guessers are always right
-    assert study._iid_floors(1, 32) == {"uniform": 1.0, "bag": 1.0}
+    assert probes._iid_floors(1, 32) == {"uniform": 1.0, "bag": 1.0}
     # two answers from two values: equal with probability 1/2 (then both right), else the uniform
     # guesser is right half the time and the bag guesser half the time on the first, always on the second
-    assert study._iid_floors(2, 2) == {"uniform": pytest.approx(0.5 + 0.5 * 0.5), "bag": pytest.approx(0.5 + 0.5 * 0.75)}
-    assert sum(study._pattern_probability(p, 32) for p in study._set_partitions(5)) == pytest.approx(1.0)
-    assert len(list(study._set_partitions(5))) == 52  # the Bell number B5
+    assert probes._iid_floors(2, 2) == {"uniform": pytest.approx(0.5 + 0.5 * 0.5), "bag": pytest.approx(0.5 + 0.5 * 0.75)}
+    assert sum(probes._pattern_probability(p, 32) for p in probes._set_partitions(5)) == pytest.approx(1.0)
+    assert len(list(probes._set_partitions(5))) == 52  # the Bell number B5
     with pytest.raises(ValueError, match="task must be one of"):
         study.probe_floor("needle")
 
@@ -296,9 +298,9 @@ def tiny_preset(monkeypatch, tmp_path):
         },
     )
     monkeypatch.setattr(study, "results_dir", lambda name="x": tmp_path / name)
-    monkeypatch.setattr(study, "available_schemes", lambda: ("none", "alibi"))
-    monkeypatch.setattr(study, "bucket_variants", lambda L: {})
-    monkeypatch.setattr(study, "pattern_variants", lambda L, n: {})
+    monkeypatch.setattr(study_grid, "available_schemes", lambda: ("none", "alibi"))
+    monkeypatch.setattr(study_grid, "bucket_variants", lambda L: {})
+    monkeypatch.setattr(study_grid, "pattern_variants", lambda L, n: {})
     monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path / "weights"))
     monkeypatch.delenv("POSENC_REQUIRE_CACHED", raising=False)
     return tmp_path
@@ -378,3 +380,48 @@ def test_quotes_put_paired_intervals_into_words():
                              "(not resolved with 3 seeds)")
     assert q.number(-0.0004, sign=True) == "-0.0004"
     assert q.names(["x", "y", "z"]) == "`x`, `y` and `z`"
+
+
+def _loss_frame(values_by_seed):
+    import pandas as pd
+
+    rows = [("a", s, "lm", 64, 64 * m, "loss_sliding", v)
+            for s, by_m in enumerate(values_by_seed) for m, v in by_m.items()]
+    return pd.DataFrame(rows, columns=["scheme", "seed", "kind", "train_length",
+                                       "eval_length", "metric", "value"])
+
+
+def test_quotes_change_is_guarded_where_no_interval_exists():
+    """Quotes.change is paired_difference of the two lengths: with one seed the interval
+    is NaN and the change is not resolved; where the two lengths share no seed (a scheme
+    that cannot run at m·L) it raises instead of quoting a NaN mean."""
+    q = study.Quotes(_loss_frame([{1: 1.0, 2: 1.25, 8: 1.5}]), train_length=64)
+    d = q.change("a", 8)
+    assert d["mean"] == pytest.approx(0.5) and d["n"] == 1
+    assert math.isnan(d["lower"]) and math.isnan(d["upper"]) and d["resolved"] is False
+    assert q.change("a", 8, base=2)["mean"] == pytest.approx(0.25)
+    with pytest.raises(ValueError, match=r"'a' has no seed scored at both 4·L and 1·L"):
+        q.change("a", 4)
+    with pytest.raises(ValueError, match="must differ"):
+        q.change("a", 1)
+
+
+def test_quotes_change_keeps_the_stored_values():
+    """On the stored study, the paired change is the seed-by-seed difference it always
+    was (mean and Student-t interval of loss at m·L minus loss at L)."""
+    q = study.Quotes()
+    compared = 0
+    for scheme in q.lm["scheme"].unique():
+        for m in (2, 4, 8):
+            for metric in ("loss_sliding", "loss_matched"):
+                diff = (q.values(scheme, m, metric) - q.values(scheme, 1, metric)).dropna()
+                if diff.empty:
+                    continue
+                mean, lower, upper = study.mean_ci(diff)
+                d = q.change(scheme, m, metric=metric)
+                assert (d["mean"], d["lower"], d["upper"]) == pytest.approx(
+                    (mean, lower, upper), rel=1e-12, abs=1e-15), (scheme, m, metric)
+                assert d["n"] == len(diff)
+                assert d["resolved"] == bool(lower > 0 or upper < 0)
+                compared += 1
+    assert compared > 50

@@ -7,7 +7,7 @@ import torch
 
 from posenc import vit
 from posenc.sinusoidal import sinusoidal_encoding
-from posenc.study import StaleResultsError
+from posenc.store import StaleResultsError
 from posenc.train import TrainConfig
 from posenc.vit import (
     VIT_SCHEMES,

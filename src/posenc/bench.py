@@ -29,6 +29,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from . import store
+from .store import results_dir
 from .utils import synchronize
 
 
@@ -159,7 +161,7 @@ def results_file(device: torch.device | str = "cpu") -> Path:
     (``cpu.json``, ``cuda.json``, ``mps.json``), so that a run on a GPU never replaces
     the CPU run the book reads."""
     kind = torch.device(device).type
-    return Path(__file__).parent / "results" / "bench" / f"{kind}.json"
+    return results_dir("bench") / f"{kind}.json"
 
 
 #: The stored CPU run, which the chapter "The cost of positions" reads.
@@ -732,13 +734,12 @@ def add_bias_ratios(rows: list[dict]) -> list[dict]:
 
 
 def provenance(device) -> dict:
-    """Machine, versions and date of a benchmark run."""
+    """Machine, versions and date of a benchmark run: :func:`posenc.store.provenance`
+    with transformers' version, the device's name, the cores, the platform and the
+    checkout's commit (:func:`posenc.store.git_commit`)."""
     import platform
-    import subprocess
 
-    from .study import _provenance
-
-    record = _provenance()
+    record = store.provenance()
     try:
         import transformers
 
@@ -751,16 +752,7 @@ def provenance(device) -> dict:
     )
     record["cores"] = os.cpu_count()
     record["platform"] = platform.platform()
-    try:
-        record["commit"] = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=Path(__file__).parent,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        record["commit"] = None
+    record["commit"] = store.git_commit()
     return record
 
 
@@ -858,8 +850,7 @@ def main(argv=None) -> int:
             print(frame.to_string(float_format=lambda x: f"{x:.3g}"))
     if args.save is not None:
         path = Path(args.save) if args.save else results_file(device)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(results, indent=1) + "\n")
+        store.write_json(path, results, indent=1)
         print(f"\nstored in {path}")
     return 0
 

@@ -25,18 +25,16 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import multiprocessing
-import os
 import sys
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import replace
 
 import torch
 
+from . import store
 from .experiments import SCALES, BookRun, book_runs, experiment_config
 from .train import (
-    REQUIRE_CACHED_ENV,
     cache_dir,
     cache_key,
     load_shipped,
@@ -44,6 +42,7 @@ from .train import (
     shipped_path,
     tqdm,
 )
+from .store import worker_pool
 from .utils import usable_cpus
 
 #: The runs ``python -m posenc.prepare --check`` retrains from scratch, and how close
@@ -87,10 +86,9 @@ def ship_all(scale: str = "small") -> list[str]:
             first).
     """
     from .data import load_stdlib_corpus, snapshot_provenance
-    from .study import _provenance
 
     corpus = load_stdlib_corpus()
-    provenance = {**_provenance(), "corpus": [corpus.name, corpus.fingerprint]}
+    provenance = {**store.provenance(), "corpus": [corpus.name, corpus.fingerprint]}
     provenance["corpus_python"] = snapshot_provenance()["python"]
     keys = [run_key(r, corpus, scale) for r in book_runs(scale)]
     for key in keys:
@@ -150,25 +148,6 @@ def _check_one(run: BookRun) -> tuple[str, bool]:
         for name, (a, b) in pairs.items()
     )
     return line, ok
-
-
-def _init_worker(threads: int, then=None) -> None:
-    os.environ.pop(REQUIRE_CACHED_ENV, None)  # this is the step that trains
-    torch.set_num_threads(threads)
-    if then is not None:
-        then()
-
-
-def worker_pool(workers: int, threads: int = 1, then=None) -> ProcessPoolExecutor:
-    """Fresh ("spawn") worker processes that may train, each with ``threads`` torch
-    threads; ``then`` (a picklable function) runs in each worker after that. Shared by
-    :mod:`posenc.prepare` and :mod:`posenc.study`."""
-    return ProcessPoolExecutor(
-        max_workers=workers,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=_init_worker,
-        initargs=(threads, then),
-    )
 
 
 def _train_one(run: BookRun, scale: str, device: str) -> tuple[str, float]:

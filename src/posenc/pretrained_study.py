@@ -35,9 +35,8 @@ from pathlib import Path
 
 import torch
 
-from . import pretrained
+from . import pretrained, store
 from .scaling import rope_inv_freq
-from .study import StaleResultsError, _provenance, results_dir
 from .utils import cpu_float64
 
 NAME = "smollm2"
@@ -215,7 +214,7 @@ def execute(run: RealRun, model, tokenizer, cache: dict | None = None) -> dict:
             "bucket_loss": bucket_means(values),
         },
         "provenance": {
-            **_provenance(),
+            **store.provenance(),
             "transformers": version("transformers"),
             "gguf": version("gguf"),
             "tokens_fingerprint": pretrained.fingerprint(ids),
@@ -224,12 +223,16 @@ def execute(run: RealRun, model, tokenizer, cache: dict | None = None) -> dict:
     }
 
 
+#: The command that computes the study, named by the staleness message.
+COMMAND = "python -m posenc.pretrained_study"
+
+
 def _folder() -> Path:
-    return results_dir(NAME)
+    return store.results_dir(NAME)
 
 
 def _stored() -> dict[str, dict]:
-    return {p.stem: json.loads(p.read_text()) for p in sorted(_folder().glob("*.json"))}
+    return store.read_records(_folder())
 
 
 def run_study(*, threads: int | None = None) -> int:
@@ -238,19 +241,17 @@ def run_study(*, threads: int | None = None) -> int:
     if threads:
         torch.set_num_threads(threads)
     folder = _folder()
-    folder.mkdir(parents=True, exist_ok=True)
-    wanted = {r.key(): r for r in grid()}
-    for path in folder.glob("*.json"):
-        if path.stem not in wanted:
-            path.unlink()
-    missing = [r for k, r in wanted.items() if not (folder / f"{k}.json").exists()]
+    runs = grid()
+    if folder.exists():
+        store.prune(folder, {f"{r.key()}.json" for r in runs})
+    missing = store.missing_runs(runs, _stored(), RealRun.key)
     if not missing:
         return 0
     model, tokenizer = pretrained.load("smollm2")
     cache: dict = {}
     for i, run in enumerate(missing, 1):
         record = execute(run, model, tokenizer, cache)
-        (folder / f"{run.key()}.json").write_text(json.dumps(record, indent=1) + "\n")
+        store.write_json(folder / f"{run.key()}.json", record, indent=1)
         print(
             f"[{i}/{len(missing)}] {run.label}: loss "
             f"{record['results']['mean_loss']:.3f} in "
@@ -264,18 +265,20 @@ def load_records(*, strict: bool = True) -> list[dict]:
     """The stored records of the current grid.
 
     Raises:
-        StaleResultsError: with ``strict``, when a run of the grid has no stored file
-            (a changed configuration, method or model version); the message names the
-            runs and the command.
+        posenc.store.StaleResultsError: with ``strict``, when a run of the grid has no
+            stored file (a changed configuration, method or model version); the
+            message names the runs and the command.
     """
-    stored = _stored()
-    missing = [r.label for r in grid() if r.key() not in stored]
-    if missing and strict:
-        raise StaleResultsError(
-            f"the stored real-model study lacks {len(missing)} run(s) of its grid, "
-            f"e.g. {missing[:3]}: run `python -m posenc.pretrained_study` (make study)"
-        )
-    return [stored[r.key()] for r in grid() if r.key() in stored]
+    return store.grid_records(
+        grid(),
+        _stored(),
+        key=RealRun.key,
+        label=lambda r: r.label,
+        strict=strict,
+        study="real-model study",
+        command=COMMAND,
+        where=_folder(),
+    )
 
 
 def load_results(*, strict: bool = True):
@@ -404,46 +407,40 @@ def reproduce(model=None, tokenizer=None, *, threads: int | None = None) -> list
     return rows
 
 
+def _check(threads: int | None) -> int:
+    start = time.perf_counter()
+    rows = reproduce(threads=threads)
+    for r in rows:
+        print(
+            f"{'reproduced' if r['ok'] else 'NOT REPRODUCED'}: {r['run']}, largest "
+            f"difference {r['difference']:.2e} nats"
+            + ("" if r["same_tokens"] else " (other tokens: not compared)")
+        )
+    print(f"checked in {time.perf_counter() - start:.0f} s")
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m posenc.pretrained_study", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--verify", action="store_true", help="fail when stale")
-    parser.add_argument(
-        "--check", action="store_true", help="--verify, then rerun CHECKS and compare"
-    )
+    store.add_arguments(parser, check="CHECKS")
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--list", action="store_true")
     args = parser.parse_args(argv)
     if args.list:
-        stored = _stored()
-        for r in grid():
-            print(
-                f"{'stored ' if r.key() in stored else 'missing'} {r.key()}  {r.label}"
-            )
+        store.print_listing(grid(), _stored(), RealRun.key, lambda r: r.label)
         return 0
-    if args.verify or args.check:
-        try:
-            records = load_records()
-        except StaleResultsError as err:
-            print(err, file=sys.stderr)
-            return 1
-        print(
+    status = store.verify_or_check(
+        args,
+        load_records,
+        lambda records: (
             f"the stored real-model study covers its grid: {len(records)} runs, "
             f"{sum(r['provenance']['seconds'] for r in records):.0f} s when computed"
-        )
-        if args.verify:
-            return 0
-        start = time.perf_counter()
-        rows = reproduce(threads=args.threads)
-        for r in rows:
-            print(
-                f"{'reproduced' if r['ok'] else 'NOT REPRODUCED'}: {r['run']}, largest "
-                f"difference {r['difference']:.2e} nats"
-                + ("" if r["same_tokens"] else " (other tokens: not compared)")
-            )
-        print(f"checked in {time.perf_counter() - start:.0f} s")
-        return 0 if all(r["ok"] for r in rows) else 1
+        ),
+        lambda: _check(args.threads),
+    )
+    if status is not None:
+        return status
     computed = run_study(threads=args.threads)
     print(f"computed {computed} run(s); results in {_folder()}")
     return 0

@@ -37,7 +37,7 @@ of its configuration, with its provenance (versions, CPU, threads, date, seconds
 * ``python -m posenc.vit`` (``make study``) computes the runs that are missing
   (resumable) and prints the table;
 * :func:`load_digits_results` returns the stored rows, and raises
-  :class:`posenc.study.StaleResultsError` when they do not cover the current grid
+  :class:`posenc.store.StaleResultsError` when they do not cover the current grid
   (``python -m posenc.vit --verify``, which ``make book`` runs);
 * ``python -m posenc.vit --check`` (``make test``) retrains :data:`CHECK_RUNS` from
   scratch and requires the stored accuracies back within :data:`CHECK_TOLERANCE`.
@@ -59,20 +59,21 @@ import math
 import os
 import sys
 import time
-from concurrent.futures import FIRST_COMPLETED, wait
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import store
 from ._checks import check_base, check_choice, check_int
 from .attention import attention_reference, attention_sdpa
 from .rope import apply_rope_2d, check_axis_positions
 from .sinusoidal import SINUSOIDAL_LAYOUTS, sinusoidal_encoding
-from .study import StaleResultsError, _provenance, results_dir
+from .store import results_dir
 from .train import REQUIRE_CACHED_ENV, TrainConfig, cache_dir, fit, tqdm
 from .utils import get_device, seed_everything, usable_cpus
 
@@ -966,18 +967,15 @@ def _cached_run(run, data, device, use_cache, progress, require_cached):
         )
     run_rows = _run_one(run, data, device, progress)
     if use_cache:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(run_rows, indent=1))
-        os.replace(tmp, path)
+        store.write_json(path, run_rows, indent=1)
     return run_rows
 
 
 def results_table(rows: list[dict], confidence: float = 0.95) -> str:
     """A text table: one line per scheme, one column per resolution, each cell the
     mean accuracy (%) over seeds and its Student-t interval
-    (:func:`posenc.study.mean_ci`); "—" where a scheme has no such evaluation."""
-    from .study import mean_ci
+    (:func:`posenc.stats.mean_ci`); "—" where a scheme has no such evaluation."""
+    from .stats import mean_ci
 
     schemes = list(dict.fromkeys(r["scheme"] for r in rows))
     names = [name for name, _, _ in RESOLUTIONS]
@@ -1048,11 +1046,7 @@ def _file_name(run: DigitsRun) -> str:
 
 def _stored_digits() -> dict[str, dict]:
     """``{key: record}`` of every file in :func:`digits_results_dir`."""
-    records = {}
-    for path in sorted(digits_results_dir().glob("*.json")):
-        record = json.loads(path.read_text())
-        records[record.get("key", path.stem)] = record
-    return records
+    return store.read_records(digits_results_dir(), key_field="key")
 
 
 def execute_digits_run(
@@ -1070,7 +1064,7 @@ def execute_digits_run(
     data = load_digits_split(run.test_fraction)
     with _torch_threads(device, num_threads):
         rows = _run_one(run, data, device, progress=False)
-        provenance = _provenance()  # inside: it records the threads used
+        provenance = store.provenance()  # inside: it records the threads used
     return {
         "key": run.key(),
         "run": {"scheme": run.config.scheme, "seed": run.train_config.seed},
@@ -1083,13 +1077,6 @@ def execute_digits_run(
             "wall_seconds": round(time.perf_counter() - start, 2),
         },
     }
-
-
-def _store(record: dict, folder: Path, name: str) -> None:
-    path = folder / name
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    os.replace(tmp, path)
 
 
 def _execute_in_worker(run: DigitsRun, device: str) -> dict:
@@ -1111,15 +1098,11 @@ def run_digits_study(
         ``{"runs": runs in the grid, "computed": runs computed now, "wall_seconds":
         for those}``.
     """
-    from .prepare import worker_pool
-
     folder = digits_results_dir()
     runs = digits_study_runs()
-    stored = _stored_digits()
-    todo = [r for r in runs if r.key() not in stored]
+    todo = store.missing_runs(runs, _stored_digits(), DigitsRun.key)
     start = time.perf_counter()
     if todo:
-        folder.mkdir(parents=True, exist_ok=True)
         if workers is None:
             workers = 1 if device != "cpu" else usable_cpus()
             workers = min(workers, len(todo))
@@ -1131,28 +1114,19 @@ def run_digits_study(
             disable=not progress,
         )
 
-        def store(run: DigitsRun, record: dict) -> None:
-            _store(record, folder, _file_name(run))
+        def save(run: DigitsRun, record: dict) -> None:
+            store.write_json(folder / _file_name(run), record, indent=1)
             bar.update(1)
             bar.set_postfix_str(
                 f"{run.label}: {record['provenance']['wall_seconds']:.0f} s"
             )
 
-        if workers == 0:
-            for run in todo:
-                store(run, execute_digits_run(run, device=device))
-        else:
-            with worker_pool(workers, 1) as pool:
-                futures = {pool.submit(_execute_in_worker, r, device): r for r in todo}
-                while futures:
-                    done, _ = wait(futures, return_when=FIRST_COMPLETED)
-                    for future in done:
-                        store(futures.pop(future), future.result())
+        store.compute(
+            todo, partial(_execute_in_worker, device=device), save, workers=workers
+        )
         bar.close()
-    keep = {_file_name(r) for r in runs}
-    for path in folder.glob("*.json") if folder.exists() else ():
-        if path.name not in keep:
-            path.unlink()
+    if folder.exists():
+        store.prune(folder, {_file_name(r) for r in runs})
     return {
         "runs": len(runs),
         "computed": len(todo),
@@ -1169,24 +1143,22 @@ def load_digits_records(*, strict: bool = True) -> list[dict]:
             that are.
 
     Raises:
-        posenc.study.StaleResultsError: a run of the grid has no stored result for
+        posenc.store.StaleResultsError: a run of the grid has no stored result for
             the current configuration (:data:`VIT_DIGITS`, a default of
             :func:`digits_experiment`, :data:`VIT_CACHE_VERSION` or
             :data:`RESOLUTIONS` changed); the message names the runs and the command
             that computes them.
     """
-    stored = _stored_digits()
-    runs = digits_study_runs()
-    missing = [r for r in runs if r.key() not in stored]
-    if missing and strict:
-        names = ", ".join(r.label for r in missing[:6])
-        raise StaleResultsError(
-            f"the stored tiny-ViT digits study is stale: {len(missing)} of {len(runs)} "
-            f"runs have no stored result for the current configuration ({names}"
-            f"{', ...' if len(missing) > 6 else ''}) in {digits_results_dir()}; run "
-            "`make study` (python -m posenc.vit)"
-        )
-    return [stored[r.key()] for r in runs if r.key() in stored]
+    return store.grid_records(
+        digits_study_runs(),
+        _stored_digits(),
+        key=DigitsRun.key,
+        label=lambda r: r.label,
+        strict=strict,
+        study="tiny-ViT digits study",
+        command="python -m posenc.vit",
+        where=digits_results_dir(),
+    )
 
 
 def load_digits_results(*, strict: bool = True) -> list[dict]:
@@ -1195,7 +1167,7 @@ def load_digits_results(*, strict: bool = True) -> list[dict]:
     what the chapter "Positions with several coordinates" (book/rope_2d) reads.
 
     Raises:
-        posenc.study.StaleResultsError: as :func:`load_digits_records`.
+        posenc.store.StaleResultsError: as :func:`load_digits_records`.
     """
     return [
         row for record in load_digits_records(strict=strict) for row in record["rows"]
@@ -1216,7 +1188,7 @@ def reproduce_digits(
         difference, tolerance, ok, and the run's final_loss_difference.
 
     Raises:
-        posenc.study.StaleResultsError: the stored study does not cover the grid.
+        posenc.store.StaleResultsError: the stored study does not cover the grid.
         ValueError: a pair of ``sample`` is not a run of the grid.
     """
     records = {r["key"]: r for r in load_digits_records()}
@@ -1230,44 +1202,26 @@ def reproduce_digits(
         fresh = execute_digits_run(run, device=device, num_threads=threads)
         for row in fresh["rows"]:
             old = stored[row["resolution"]]
-            diff = row["accuracy"] - old["accuracy"]
-            out.append(
-                {
-                    "run": run.label,
-                    "resolution": row["resolution"],
-                    "stored": old["accuracy"],
-                    "recomputed": row["accuracy"],
-                    "difference": diff,
-                    "tolerance": CHECK_TOLERANCE,
-                    "ok": abs(diff) <= CHECK_TOLERANCE,
-                    "final_loss_difference": row["final_loss"] - old["final_loss"],
-                }
+            compared = store.compare(
+                old["accuracy"],
+                row["accuracy"],
+                CHECK_TOLERANCE,
+                run=run.label,
+                resolution=row["resolution"],
             )
+            loss = row["final_loss"] - old["final_loss"]
+            out.append({**compared, "final_loss_difference": loss})
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m posenc.vit``: the stored study (compute, ``--verify``,
-    ``--check``, ``--list``), or ``--explore`` one's own digits experiment."""
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m posenc.vit",
         description="Tiny ViT on 8×8 digits: 2-D position schemes at an unseen "
         "resolution. Without options: compute the stored study's missing runs "
         "(src/posenc/results/vit_digits/, make study) and print its table.",
     )
-    parser.add_argument(
-        "--verify",
-        action="store_true",
-        help="fail if the stored runs do not cover the current grid (stale), and exit",
-    )
-    parser.add_argument(
-        "--check",
-        action="store_true",
-        help="--verify, then retrain CHECK_RUNS from scratch and compare",
-    )
-    parser.add_argument(
-        "--list", action="store_true", help="list the grid and which runs are stored"
-    )
+    store.add_arguments(parser, check="CHECK_RUNS")
     parser.add_argument(
         "--workers", type=int, default=None, help="processes (default: usable cores)"
     )
@@ -1289,6 +1243,47 @@ def main(argv: list[str] | None = None) -> int:
         "--upsample", choices=("nearest", "bilinear"), default="nearest"
     )
     explore.add_argument("--no-cache", action="store_true")
+    return parser
+
+
+def _explore(args: argparse.Namespace) -> int:
+    start = time.perf_counter()
+    rows = digits_experiment(
+        args.schemes,
+        args.seeds,
+        steps=args.steps,
+        patch_size=args.patch_size,
+        upsample_mode=args.upsample,
+        device=args.device,
+        use_cache=not args.no_cache,
+    )
+    print(
+        f"test accuracy (%), mean [95% t-interval] over seeds {args.seeds}; "
+        f"trained on 8×8 images, patch size {args.patch_size}; 16×16 = "
+        f"{args.upsample} upsampling of the test images"
+    )
+    print(results_table(rows))
+    print(f"wall time {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+def _check(device: str, threads: int, start: float) -> int:
+    rows = reproduce_digits(device=device, threads=threads)
+    worst = max(abs(r["difference"]) for r in rows)
+    loss = max(abs(r["final_loss_difference"]) for r in rows)
+    return store.report(
+        rows,
+        f"retrained {', '.join(dict.fromkeys(r['run'] for r in rows))} in "
+        f"{time.perf_counter() - start:.0f} s: {len(rows)} stored accuracies, "
+        f"largest difference {worst:.3g} (tolerance {CHECK_TOLERANCE}); final "
+        f"training loss off by {loss:.2g}",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m posenc.vit``: the stored study (compute, ``--verify``,
+    ``--check``, ``--list``), or ``--explore`` one's own digits experiment."""
+    parser = _parser()
     args = parser.parse_args(argv)
     explored = ("schemes", "seeds", "steps", "patch_size", "upsample", "no_cache")
     if not args.explore and any(
@@ -1300,56 +1295,24 @@ def main(argv: list[str] | None = None) -> int:
         )
     start = time.perf_counter()
     if args.explore:
-        rows = digits_experiment(
-            args.schemes,
-            args.seeds,
-            steps=args.steps,
-            patch_size=args.patch_size,
-            upsample_mode=args.upsample,
-            device=args.device,
-            use_cache=not args.no_cache,
-        )
-        print(
-            f"test accuracy (%), mean [95% t-interval] over seeds {args.seeds}; "
-            f"trained on 8×8 images, patch size {args.patch_size}; 16×16 = "
-            f"{args.upsample} upsampling of the test images"
-        )
-        print(results_table(rows))
-        print(f"wall time {time.perf_counter() - start:.1f} s")
-        return 0
+        return _explore(args)
     if args.list:
-        stored = _stored_digits()
-        for run in digits_study_runs():
-            state = "stored " if run.key() in stored else "missing"
-            print(f"{state} {run.key()}  {run.label}")
+        runs = digits_study_runs()
+        store.print_listing(runs, _stored_digits(), DigitsRun.key, lambda r: r.label)
         return 0
     device = args.device or "cpu"
-    if args.verify or args.check:
-        try:
-            records = load_digits_records()
-        except StaleResultsError as err:
-            print(err, file=sys.stderr)
-            return 1
-        print(
+    status = store.verify_or_check(
+        args,
+        load_digits_records,
+        lambda records: (
             f"the stored tiny-ViT digits study covers its grid: {len(records)} runs, "
             f"{sum(r['rows'][0]['train_seconds'] for r in records):.0f} s of training "
             "when computed"
-        )
-        if args.verify:
-            return 0
-        rows = reproduce_digits(device=device, threads=args.threads)
-        worst = max(abs(r["difference"]) for r in rows)
-        loss = max(abs(r["final_loss_difference"]) for r in rows)
-        print(
-            f"retrained {', '.join(dict.fromkeys(r['run'] for r in rows))} in "
-            f"{time.perf_counter() - start:.0f} s: {len(rows)} stored accuracies, "
-            f"largest difference {worst:.3g} (tolerance {CHECK_TOLERANCE}); final "
-            f"training loss off by {loss:.2g}"
-        )
-        for r in rows:
-            if not r["ok"]:
-                print(f"NOT REPRODUCED: {r}")
-        return 0 if all(r["ok"] for r in rows) else 1
+        ),
+        lambda: _check(device, args.threads, start),
+    )
+    if status is not None:
+        return status
     summary = run_digits_study(workers=args.workers, device=device)
     print(
         f"tiny-ViT digits study: {summary['runs']} runs in the grid, "

@@ -1,0 +1,125 @@
+"""The study's results in prose: how the chapters put the length-generalization
+study's intervals into sentences (every number computed from the stored results)."""
+
+from __future__ import annotations
+
+from .stats import paired_difference
+from .study_grid import PRESETS
+
+
+class Quotes:
+    """The study's language-modelling results at one training length, quoted in prose:
+    how the chapters put the study's intervals into sentences (every number computed).
+
+    Args:
+        df: :func:`posenc.study.load_results` (default: loaded, with ``strict``).
+        train_length: which L (default: the cpu preset's).
+        strict: passed to :func:`posenc.study.load_results` when ``df`` is not given.
+    """
+
+    def __init__(self, df=None, *, train_length: int | None = None, strict=True):
+        if df is None:
+            from .study import load_results
+
+            df = load_results(strict=strict)
+        self.train_length = train_length or PRESETS["cpu"]["train"]["seq_len"]
+        self.lm = df[(df["kind"] == "lm") & (df["train_length"] == self.train_length)]
+        self.seeds = self.lm["seed"].nunique()
+
+    def values(self, scheme: str, multiple: int, metric: str = "loss_sliding"):
+        """The loss of ``scheme`` at multiple·L, one value per seed (a Series)."""
+        lm = self.lm
+        rows = lm[
+            (lm["scheme"] == scheme)
+            & (lm["metric"] == metric)
+            & (lm["eval_length"] == multiple * self.train_length)
+        ]
+        return rows.set_index("seed")["value"]
+
+    def change(self, scheme, multiple, base=1, metric="loss_sliding") -> dict:
+        """Loss at multiple·L minus loss at base·L, seed by seed
+        (:func:`posenc.stats.paired_difference` of the two lengths' rows): ``{"mean",
+        "lower", "upper", "n", "resolved"}``; with one seed the interval is NaN and
+        the change not resolved.
+
+        Raises:
+            ValueError: ``multiple`` equals ``base``, or the two lengths share no seed
+                of ``scheme`` (e.g. a learned table that cannot run at multiple·L).
+        """
+        if multiple == base:
+            raise ValueError(f"multiple and base must differ, got {multiple} for both")
+        lm = self.lm
+        rows = lm[(lm["scheme"] == scheme) & (lm["metric"] == metric)]
+        sides = {multiple * self.train_length: "at", base * self.train_length: "base"}
+        rows = rows[rows["eval_length"].isin(sides)]
+        # the two lengths as two "schemes", so that they pair seed by seed
+        pairs = rows.assign(scheme=rows["eval_length"].map(sides))
+        try:
+            return paired_difference(pairs, "at", "base")
+        except ValueError:
+            raise ValueError(
+                f"{scheme!r} has no seed scored at both {multiple}·L and {base}·L "
+                f"({metric})"
+            ) from None
+
+    def versus(self, a, b, multiple, metric="loss_sliding") -> dict:
+        """Scheme ``a`` minus scheme ``b`` at multiple·L (:func:`paired_difference`)."""
+        return paired_difference(
+            self.lm, a, b, eval_length=multiple * self.train_length, metric=metric
+        )
+
+    @staticmethod
+    def number(value: float, sign: bool = False) -> str:
+        """Three decimals; a value that rounds to zero keeps one significant digit, so
+        its sign shows."""
+        if value != 0 and round(value, 3) == 0:
+            return f"{value:{'+' if sign else ''}.1g}"
+        return f"{round(value, 3) + 0.0:{'+' if sign else ''}.3f}"
+
+    @classmethod
+    def interval(cls, d: dict) -> str:
+        """A signed difference and its interval: '+0.015 [+0.0003, +0.030]'."""
+        return "{} [{}, {}]".format(
+            *(cls.number(d[k], sign=True) for k in ("mean", "lower", "upper"))
+        )
+
+    @classmethod
+    def size(cls, d: dict) -> str:
+        """The size of a difference and its interval, without the sign."""
+        sign = 1 if d["mean"] >= 0 else -1
+        lower, upper = sorted((sign * d["lower"], sign * d["upper"]))
+        return "{} [{}, {}]".format(
+            *(cls.number(v) for v in (sign * d["mean"], lower, upper))
+        )
+
+    @classmethod
+    def moves(cls, d: dict, subject="", up="rises", down="falls") -> str:
+        """How a loss changes, in words: 'rises by …', 'falls by …', or 'changes by …
+        (not resolved …)'."""
+        subject = f" {subject}" if subject else ""
+        if not d["resolved"]:
+            return (
+                f"changes{subject} by {cls.interval(d)} nats per byte "
+                f"(not resolved with {d['n']} seeds)"
+            )
+        direction = up if d["mean"] > 0 else down
+        return f"{direction}{subject} by {cls.size(d)} nats per byte"
+
+    @staticmethod
+    def names(labels) -> str:
+        """'`a`', '`a` and `b`', '`a`, `b` and `c`'."""
+        labels = [f"`{label}`" for label in labels]
+        if len(labels) == 1:
+            return labels[0]
+        return ", ".join(labels[:-1]) + " and " + labels[-1]
+
+    def model_note(self, config) -> str:
+        """The study's model against a chapter's (``config``: a ModelConfig)."""
+        ours, theirs = config.d_model // config.num_heads, PRESETS["cpu"]["model"]
+        return (
+            f"The study's model has {theirs['num_heads']} heads of width $d_h$ = "
+            f"{theirs['d_model'] // theirs['num_heads']} (this chapter's: "
+            f"{config.num_heads} of width {ours}) and is trained at $L$ = "
+            f"{self.train_length} on the whole standard library with its packages, "
+            f"{self.seeds} seeds per scheme. "
+        )

@@ -1,0 +1,309 @@
+"""The length-generalization study's grid: its presets, the variants of schemes it
+trains, one run of the grid (:class:`StudyRun`, whose key names everything its results
+depend on), and the runs of each phase (the learning-rate sweep, then the main runs at
+each scheme's best rate).
+
+:mod:`posenc.study` runs the grid and stores its results; see its docstring.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, replace
+
+from .data import Corpus, load_stdlib_corpus
+from .model import LAYER_PRESETS, ModelConfig, layer_preset
+from .probes import PROBES
+from .schemes import available_schemes
+from .train import TrainConfig, cache_key, scheme_arguments
+
+#: Bump when a change to the study's code (not to a scheme) changes its results.
+STUDY_VERSION = 1
+
+#: The evaluation lengths, as multiples of the training length.
+MULTIPLES = (1, 2, 4, 8)
+
+PRESETS: dict[str, dict] = {
+    # 2-core CPU: about an hour with two processes (the measured wall time is stored)
+    "cpu": {
+        "model": {"d_model": 64, "num_heads": 2, "num_layers": 2},
+        "train": {"seq_len": 64, "batch_size": 32, "steps": 1000, "warmup_steps": 50},
+        "learning_rates": (3e-3, 1e-2, 3e-2),
+        "seeds": (0, 1, 2),
+        "long_length": 256,
+        "long_schemes": ("none", "rope", "alibi"),
+        "long_seeds": (0, 1, 2),
+        "block_every": 8,
+        "long_block_every": 32,
+        "probe_steps": 2000,
+        "probe_batch_size": 16,
+        "probe_lr": 3e-3,
+        "probe_sequences": 192,
+    },
+    # a GPU: a wider model, 5 seeds, every validation block scored
+    "gpu": {
+        "model": {"d_model": 256, "num_heads": 4, "num_layers": 4},
+        "train": {"seq_len": 64, "batch_size": 64, "steps": 4000, "warmup_steps": 200},
+        "learning_rates": (3e-4, 1e-3, 3e-3),
+        "seeds": (0, 1, 2, 3, 4),
+        "long_length": 256,
+        "long_schemes": ("none", "sinusoidal", "learned", "rope", "alibi", "t5"),
+        "long_seeds": (0, 1, 2),
+        "block_every": 1,
+        "long_block_every": 1,
+        "probe_steps": 6000,
+        "probe_batch_size": 32,
+        "probe_lr": 1e-3,
+        "probe_sequences": 1024,
+    },
+}
+
+
+def bucket_variants(train_length: int) -> dict[str, dict]:
+    """Relative schemes whose bucket range is set to the training length, beside their
+    defaults (a range past L leaves the outer buckets untrained): ``{label: {"scheme":
+    ..., "options": ...}}``."""
+    return {
+        "t5, max_distance = L": {
+            "scheme": "t5",
+            "options": {"max_distance": train_length},
+        },
+        "deberta, max_position = L": {
+            "scheme": "deberta",
+            "options": {"max_position": train_length},
+        },
+    }
+
+
+#: p of the p-RoPE variant: the fraction of RoPE's frequencies kept, the lowest
+#: (1 − p) set to zero (Barbero et al. 2025, §6, whose Gemma 2B run found 0.75 best).
+P_ROPE_FRACTION = 0.75
+
+#: The layer patterns of today's models in the study (posenc.model.LAYER_PRESETS).
+STUDY_LAYER_PRESETS = ("llama4", "gemma3", "smollm3", "command_r7b", "gpt_oss")
+
+
+def pattern_variants(train_length: int, num_layers: int) -> dict[str, dict]:
+    """The variants of RoPE that today's models use, trained like the schemes (language
+    modelling and probes) at RoPE's swept learning rate: p-RoPE, and each model's
+    layer pattern (:func:`posenc.model.layer_preset`) with window or chunk L/4 and the
+    period shortened to ``num_layers`` where the model's is longer (the CPU preset's 2
+    layers: one local and one global layer).
+
+    Returns:
+        ``{label: {"scheme": ..., "options": ..., "layers": list | None}}``.
+    """
+    out = {
+        f"rope, p = {P_ROPE_FRACTION}": {
+            "scheme": "rope",
+            "options": {
+                "scaling": {
+                    "rope_type": "proportional",
+                    "partial_rotary_factor": P_ROPE_FRACTION,
+                }
+            },
+            "layers": None,
+        }
+    }
+    window = max(1, train_length // 4)
+    for name in STUDY_LAYER_PRESETS:
+        period = min(LAYER_PRESETS[name]["period"], num_layers)
+        out[f"pattern: {name}"] = {
+            "scheme": "rope",
+            "options": {},
+            "layers": layer_preset(name, num_layers, window=window, period=period),
+        }
+    return out
+
+
+@dataclass(frozen=True)
+class StudyRun:
+    """One cell of the grid.
+
+    Attributes:
+        kind: ``"sweep"`` (seed 0 at one learning rate, scored at L only), ``"lm"``
+            (language modelling, scored at every multiple of L) or ``"probe"``.
+        label: the scheme's name in the results (a bucket variant has its own).
+        scheme: the registered scheme. options: its options, as JSON text.
+        seed: seeds the initialisation and the data order. train_length: L.
+        lr: the peak learning rate.
+        preset: a key of :data:`PRESETS`.
+        layers: a layer pattern (:attr:`posenc.model.ModelConfig.layers`) as JSON
+            text, or "" for a uniform model.
+    """
+
+    kind: str
+    label: str
+    scheme: str
+    options: str
+    seed: int
+    train_length: int
+    lr: float
+    preset: str = "cpu"
+    layers: str = ""
+
+    @property
+    def scheme_options(self) -> dict:
+        return json.loads(self.options)
+
+    def configs(self) -> tuple[ModelConfig, TrainConfig]:
+        """The model and training configuration (tokens per step do not depend on
+        L)."""
+        p = PRESETS[self.preset]
+        options = self.scheme_options
+        if self.scheme == "learned":
+            options.setdefault("max_len", 4 * self.train_length)
+        base = TrainConfig(**p["train"])
+        batch_size = max(1, base.batch_size * base.seq_len // self.train_length)
+        if self.kind == "probe":
+            steps, batch_size = p["probe_steps"], p["probe_batch_size"]
+        else:
+            steps = base.steps
+        train_cfg = replace(
+            base,
+            seq_len=self.train_length,
+            batch_size=batch_size,
+            steps=steps,
+            lr=self.lr,
+            seed=self.seed,
+        )
+        layers = json.loads(self.layers) if self.layers else None
+        model_cfg = ModelConfig(
+            scheme=self.scheme, scheme_options=options, layers=layers, **p["model"]
+        )
+        return model_cfg, train_cfg
+
+    def evaluation(self) -> dict:
+        """What is scored: part of the key, so a changed protocol reruns."""
+        p = PRESETS[self.preset]
+        if self.kind == "sweep":
+            return {"protocol": "sliding", "multiples": [1], "block_every": 4}
+        if self.kind == "probe":
+            return {
+                "probes": sorted(PROBES),
+                "multiples": list(MULTIPLES),
+                "sequences": p["probe_sequences"],
+            }
+        long = self.train_length != p["train"]["seq_len"]
+        return {
+            "protocol": "sliding+matched",
+            "multiples": list(MULTIPLES),
+            "block_every": p["long_block_every" if long else "block_every"],
+        }
+
+    def key(self, corpus: Corpus) -> str:
+        """A stable hash of everything that determines this run's results."""
+        model_cfg, train_cfg = self.configs()
+        payload = {
+            "study": STUDY_VERSION,
+            "kind": self.kind,
+            "train": cache_key(model_cfg, train_cfg, corpus),
+            "scheme_arguments": scheme_arguments(model_cfg),
+            "evaluation": self.evaluation(),
+        }
+        text = json.dumps(payload, sort_keys=True, default=str)
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        return f"{self.kind}-{self.scheme}-s{self.seed}-L{self.train_length}-{digest}"
+
+
+
+def study_corpus() -> Corpus:
+    """The study's corpus: the recursive standard library (:func:`posenc.data.
+    load_stdlib_corpus` with ``recursive=True``), whose validation split is over 1 MB
+    in many files."""
+    return load_stdlib_corpus(recursive=True)
+
+
+
+def _schemes(train_length: int, num_layers: int) -> dict[str, tuple]:
+    """``{label: (scheme, options, layers, kinds)}``: every registered scheme at its
+    defaults, the bucket variants (language modelling only), then the variants of
+    today's models (:func:`pattern_variants`)."""
+    out = {name: (name, {}, None, ("lm", "probe")) for name in available_schemes()}
+    for label, v in bucket_variants(train_length).items():
+        out[label] = (v["scheme"], v["options"], None, ("lm",))
+    for label, v in pattern_variants(train_length, num_layers).items():
+        out[label] = (v["scheme"], v["options"], v["layers"], ("lm", "probe"))
+    return out
+
+
+def sweep_runs(preset: str = "cpu") -> list[StudyRun]:
+    """Phase 1: each registered scheme, seed 0, at each learning rate of the preset."""
+    p = PRESETS[preset]
+    L = p["train"]["seq_len"]
+    return [
+        StudyRun("sweep", name, name, "{}", 0, L, lr, preset)
+        for name in available_schemes()
+        for lr in p["learning_rates"]
+    ]
+
+
+def best_learning_rates(
+    records: dict[str, dict], preset: str = "cpu", corpus: Corpus | None = None
+) -> dict[str, float]:
+    """``{scheme: the swept learning rate with the lowest validation loss at L}``, from
+    the stored sweep records; raises KeyError naming a missing sweep run."""
+    corpus = corpus if corpus is not None else study_corpus()
+    best: dict[str, tuple[float, float]] = {}
+    for run in sweep_runs(preset):
+        key = run.key(corpus)
+        if key not in records:
+            raise KeyError(f"sweep run {key} ({run.scheme}, lr {run.lr}) is missing")
+        (row,) = [r for r in records[key]["rows"] if r["metric"] == "loss_sliding"]
+        if run.scheme not in best or row["value"] < best[run.scheme][1]:
+            best[run.scheme] = (run.lr, row["value"])
+    return {scheme: lr for scheme, (lr, _) in best.items()}
+
+
+def main_runs(lrs: dict[str, float], preset: str = "cpu") -> list[StudyRun]:
+    """Phase 2, given each scheme's learning rate: every scheme (and bucket variant)
+    × every seed at L for language modelling; every scheme × every seed at L for the
+    probes (at the preset's ``probe_lr``); the long-L schemes × their seeds at the
+    preset's longer L."""
+    p = PRESETS[preset]
+    L = p["train"]["seq_len"]
+    runs = []
+    for label, (scheme, options, layers, kinds) in _schemes(
+        L, p["model"]["num_layers"]
+    ).items():
+        text = json.dumps(options, sort_keys=True)
+        pattern = "" if layers is None else json.dumps(layers, sort_keys=True)
+        for kind in kinds:
+            # the probes train at one stated learning rate for every scheme
+            lr = p["probe_lr"] if kind == "probe" else lrs[scheme]
+            runs += [
+                StudyRun(kind, label, scheme, text, s, L, lr, preset, pattern)
+                for s in p["seeds"]
+            ]
+    for scheme in p["long_schemes"]:
+        runs += [
+            StudyRun(
+                "lm", scheme, scheme, "{}", s, p["long_length"], lrs[scheme], preset
+            )
+            for s in p["long_seeds"]
+        ]
+    return runs
+
+
+
+@dataclass(frozen=True)
+class CorpusIdentity:
+    """What a run's key knows of its corpus: its name and fingerprint."""
+
+    name: str
+    fingerprint: str
+
+
+def stored_corpus(records: dict[str, dict]) -> Corpus | CorpusIdentity:
+    """The corpus the stored results were computed on, as their keys know it.
+
+    The standard library's source differs between Python versions, so on another
+    Python (Colab) the local corpus is not the study's: the stored results still
+    describe the study's corpus, and their keys are checked against the current
+    configuration with that corpus's identity. With nothing stored (or records that
+    disagree), the local corpus."""
+    identities = {tuple(rec["corpus"]) for rec in records.values() if "corpus" in rec}
+    if len(identities) == 1:
+        return CorpusIdentity(*identities.pop())
+    return study_corpus()
