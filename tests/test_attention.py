@@ -150,3 +150,9 @@ def test_bad_calls():
         layer(x, torch.arange(5))
     with pytest.raises(ValueError, match="divisible by num_heads"):
         MultiHeadAttention(10, 3, PositionalScheme(d_model=12, num_heads=3))
+
+
+def test_a_cache_that_is_not_a_layer_cache_is_refused():
+    layer = make_layer(build_scheme("rope", d_model=D_MODEL, num_heads=HEADS), causal=True)
+    with pytest.raises(TypeError, match="cache must be a LayerKVCache, got dict"):
+        layer(torch.randn(1, 3, D_MODEL), torch.arange(3), cache={})
