@@ -56,6 +56,7 @@ def test_reference_sdpa_and_flex_agree():
 def test_flex_refuses_what_it_cannot_do():
     class BiasOnly(PositionalScheme):  # a score bias with no score_mod nor augment_qk
         name = "toy-bias-only"
+        hooks = frozenset({"score_bias"})
 
         def score_bias(self, q, k, q_positions, k_positions):
             return torch.zeros(q.shape[-2], k.shape[-2])

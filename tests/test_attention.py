@@ -17,6 +17,7 @@ class DistanceBias(PositionalScheme):
     """A toy score bias −|m − n| · (h + 1), to exercise plug-in point 3."""
 
     name = "toy-bias"
+    hooks = frozenset({"score_bias"})
 
     def score_bias(self, q, k, q_positions, k_positions):
         dist = (q_positions[..., :, None] - k_positions[..., None, :]).abs().float()
@@ -28,7 +29,7 @@ class ValueShift(PositionalScheme):
     """A toy value term: Σ_n a_mn · n · 1, to exercise plug-in point 4."""
 
     name = "toy-value"
-    needs_attention_weights = True
+    hooks = frozenset({"value_term"})
 
     def value_term(self, weights, q_positions, k_positions):
         return (weights @ k_positions.float()[..., None]).expand(*weights.shape[:-1], self.head_dim)
@@ -38,6 +39,7 @@ class SwapQK(PositionalScheme):
     """A toy q/k transform (scale q by 2), to exercise plug-in point 2."""
 
     name = "toy-qk"
+    hooks = frozenset({"transform_qk"})
 
     def transform_qk(self, q, k, q_positions, k_positions):
         return 2 * q, k
@@ -148,3 +150,9 @@ def test_bad_calls():
         layer(x, torch.arange(5))
     with pytest.raises(ValueError, match="divisible by num_heads"):
         MultiHeadAttention(10, 3, PositionalScheme(d_model=12, num_heads=3))
+
+
+def test_a_cache_that_is_not_a_layer_cache_is_refused():
+    layer = make_layer(build_scheme("rope", d_model=D_MODEL, num_heads=HEADS), causal=True)
+    with pytest.raises(TypeError, match="cache must be a LayerKVCache, got dict"):
+        layer(torch.randn(1, 3, D_MODEL), torch.arange(3), cache={})

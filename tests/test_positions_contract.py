@@ -86,9 +86,8 @@ def supports(name: str, impl: str) -> bool:
         return True
     if cls.needs_attention_weights:
         return False
-    has_bias = cls.score_bias is not PositionalScheme.score_bias
-    in_kernel = (cls.score_mod is not PositionalScheme.score_mod
-                 or cls.augment_qk is not PositionalScheme.augment_qk)
+    has_bias = "score_bias" in cls.hooks
+    in_kernel = bool(cls.hooks & {"score_mod", "augment_qk"})
     return impl == "sdpa" or not has_bias or in_kernel
 
 
@@ -96,7 +95,7 @@ def supports(name: str, impl: str) -> bool:
 CASES = [pytest.param(name, options, id=label)
          for name, options, label, encoder_only in SCHEMES if not encoder_only]
 BIAS_CASES = [pytest.param(name, options, id=label) for name, options, label, _ in SCHEMES
-              if get_scheme_class(name).score_bias is not PositionalScheme.score_bias]
+              if "score_bias" in get_scheme_class(name).hooks]
 ENCODER_CASES = [pytest.param(name, options, impl, id=f"{label}-{impl}")
                  for name, options, label, _ in SCHEMES
                  for impl in ("reference", "sdpa") if supports(name, impl)]
@@ -247,6 +246,7 @@ def test_positions_of_another_batch_size_are_refused():
 def test_a_bias_that_does_not_fit_the_scores_is_refused():
     class FiveD(PositionalScheme):
         name = "toy-5d"
+        hooks = frozenset({"score_bias"})
 
         def score_bias(self, q, k, q_positions, k_positions):
             return torch.zeros(1, 1, self.num_heads, q.shape[-2], k.shape[-2])

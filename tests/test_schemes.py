@@ -1,7 +1,7 @@
 import pytest
 
 import posenc
-from posenc.schemes import PositionalScheme, build_scheme, get_scheme_class, register_scheme
+from posenc.schemes import HOOKS, PositionalScheme, build_scheme, get_scheme_class, register_scheme
 
 
 def test_foundation_schemes_are_registered():
@@ -47,3 +47,19 @@ def test_register_rejects_bad_classes():
 
     with pytest.raises(ValueError, match="already registered"):
         register_scheme(Clash)
+
+
+@pytest.mark.parametrize("name", posenc.available_schemes())
+def test_declared_hooks_are_the_overridden_methods(name):
+    """A scheme's ``hooks`` declaration is what the model and the attention read; it
+    must name exactly the plug-in methods the class overrides, so it cannot drift."""
+    cls = get_scheme_class(name)
+    overridden = {m for m in HOOKS if getattr(cls, m) is not getattr(PositionalScheme, m)}
+    assert cls.hooks == overridden, f"{name}: declares {sorted(cls.hooks)}, overrides {sorted(overridden)}"
+    assert cls.needs_attention_weights == ("value_term" in overridden)
+
+
+def test_unknown_hook_names_are_refused():
+    with pytest.raises(ValueError, match=r"Typo.hooks names unknown plug-in points \['bias'\]"):
+        class Typo(PositionalScheme):
+            hooks = frozenset({"bias"})

@@ -107,6 +107,7 @@ class AlibiScheme(PositionalScheme):
     """
 
     name = "alibi"
+    hooks = frozenset({"score_bias", "score_mod"})
 
     def __init__(
         self, *, d_model: int, num_heads: int, symmetric: bool = False

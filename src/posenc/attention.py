@@ -8,13 +8,27 @@ One attention, two numerically equal paths:
 * the **fast** path calls :func:`torch.nn.functional.scaled_dot_product_attention`,
   which picks a fused kernel where the inputs allow (:func:`attention_sdpa`).
 
-Tests hold the two equal for every registered scheme.
+A third, :func:`attention_flex`, computes a scheme's bias inside a FlexAttention kernel.
+Tests hold them equal for every registered scheme.
+
+:class:`MultiHeadAttention` reads like nanoGPT's: project → position → attend → merge.
+Positions are checked once, at its boundary (:func:`head_positions`), and keep one
+shape inside; which plug-in points a scheme uses is read from its declared
+:attr:`~posenc.schemes.PositionalScheme.hooks`, which path can serve it from
+:func:`check_impl`, and how a KV cache holds positions from its
+``reassigns_positions``.
+
+Shapes:
+    B batch, H heads, T (= T_q) new tokens, T_k keys (cached + new), d model width,
+    d_h = d / H head width, r rotated width (RoPE); positions inside the attention
+    are (T,) shared by the batch or (B, 1, T), broadcasting against the heads.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -358,6 +372,12 @@ class LayerKVCache:
     and tests, not for serving (no preallocation, no paging).
     """
 
+    #: How the cache holds positions, read by :class:`MultiHeadAttention`: False here
+    #: (keys are stored transformed, at their own positions); True for a cache that
+    #: gives every kept key a new position at each step
+    #: (:class:`StreamingLayerKVCache`), whose keys are stored untransformed.
+    reassigns_positions: ClassVar[bool] = False
+
     def __init__(self) -> None:
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
@@ -561,6 +581,88 @@ def check_query_temperature(value: object) -> dict | None:
     return {"floor_scale": float(floor_scale), "attn_scale": float(attn_scale)}
 
 
+def check_sink(name: str, value: object) -> bool:
+    """A layer's ``sink`` flag: a bool.
+
+    Raises:
+        TypeError: naming ``name`` and the value.
+    """
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+    return value
+
+
+def check_impl(
+    impl: object,
+    scheme: type[PositionalScheme],
+    *,
+    sink: bool = False,
+    need_weights: bool = False,
+) -> str:
+    """The attention path ``impl`` (:data:`ATTENTION_IMPLS`) resolved for a scheme
+    class: ``"reference"``, ``"sdpa"`` or ``"flex"`` (``"auto"`` is ``"reference"``
+    when weights are needed, else ``"sdpa"``). The one place that knows which path
+    can serve which scheme; it reads the scheme's declared
+    :attr:`~posenc.schemes.PositionalScheme.hooks`.
+
+    Raises:
+        ValueError: unknown ``impl``; ``"sdpa"`` or ``"flex"`` with ``need_weights``
+        or a scheme with a value term (it needs the weights); ``"flex"`` with sink
+        logits, or with a scheme that has a score bias but neither a ``score_mod``
+        nor an ``augment_qk``.
+    """
+    impl = check_choice("impl", impl, ATTENTION_IMPLS)
+    wants_weights = need_weights or scheme.needs_attention_weights
+    if impl == "auto":
+        return "reference" if wants_weights else "sdpa"
+    if impl != "reference" and wants_weights:
+        reason = (
+            f"scheme {scheme.name!r} adds a value term made from them"
+            + (", which no score_mod can add" if impl == "flex" else "")
+            if scheme.needs_attention_weights
+            else f"need_weights={need_weights}"
+        )
+        raise ValueError(
+            f"impl={impl!r} cannot return attention weights: {reason}; use "
+            "impl='reference' or 'auto'"
+        )
+    if impl == "flex" and sink:
+        raise ValueError(
+            "impl='flex' does not take sink logits here; use 'sdpa' or 'reference'"
+        )
+    fused = scheme.hooks & {"score_mod", "augment_qk"}
+    if impl == "flex" and "score_bias" in scheme.hooks and not fused:
+        raise ValueError(
+            f"scheme {scheme.name!r} has a score bias but no score_mod (nor "
+            "augment_qk) for impl='flex'"
+        )
+    return impl
+
+
+def head_positions(positions: torch.Tensor, batch: int, seq_len: int) -> torch.Tensor:
+    """Positions checked and put in the one shape the attention uses inside: (T,)
+    stays (T,), shared by the batch; (B, T) becomes (B, 1, T), which broadcasts
+    against the heads. Values and dtype are kept (float positions are allowed).
+
+    Raises:
+        ValueError: positions not (T,) or (B, T) with this T, or a batch that is
+        neither 1 nor ``batch``.
+    """
+    if positions.dim() not in (1, 2) or positions.shape[-1] != seq_len:
+        raise ValueError(
+            f"positions must have shape (T,) or (B, T) with T={seq_len}, "
+            f"got {tuple(positions.shape)}"
+        )
+    if positions.dim() == 1:
+        return positions
+    if positions.shape[0] not in (1, batch):
+        raise ValueError(
+            f"positions of shape (B, T) need B = 1 or the batch size {batch}, "
+            f"got {tuple(positions.shape)}"
+        )
+    return positions[:, None, :]  # (B, T) → (B, 1, T)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head self-attention whose positional behaviour comes from a
     :class:`PositionalScheme`.
@@ -580,6 +682,10 @@ class MultiHeadAttention(nn.Module):
             layers).
         sink: a learned sink logit per head (gpt-oss), the parameter ``sinks`` (H,),
             initialised to 0.
+
+    Raises:
+        TypeError / ValueError: sizes not positive integers, d not divisible by H; as
+        :func:`check_spans`, :func:`check_query_temperature`, :func:`check_sink`.
 
     Shape:
         ``forward(x, positions)``: x (B, T, d); positions (T,) or (B, T) → (B, T, d),
@@ -601,8 +707,7 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         self.window, self.chunk = check_spans(causal, window, chunk)
         self.query_temperature = check_query_temperature(query_temperature)
-        if not isinstance(sink, bool):
-            raise TypeError(f"sink must be a bool, got {sink!r}")
+        sink = check_sink("sink", sink)
         self.d_model = check_int("d_model", d_model, minimum=1)
         self.num_heads = check_int("num_heads", num_heads, minimum=1)
         if d_model % num_heads:
@@ -625,7 +730,7 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         cache: LayerKVCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Attend.
+        """Attend: project → position → attend → merge.
 
         Args:
             x: (B, T, d) float.
@@ -639,126 +744,116 @@ class MultiHeadAttention(nn.Module):
                 last T of the T_k keys (bottom-right causal mask).
 
         Raises:
-            ValueError: unknown ``impl``; ``impl="sdpa"`` or ``"flex"`` together with
-                ``need_weights`` or with a scheme that needs the weights;
-                ``impl="flex"`` with a scheme that has a score bias but neither a
-                ``score_mod`` nor an ``augment_qk``; positions whose last dimension
-                is not T or whose batch is neither 1 nor B; a scheme whose score bias
-                does not broadcast to (B, H, T_q, T_k).
+            ValueError: as :func:`check_impl` and :func:`head_positions`; a scheme
+                whose score bias does not broadcast to (B, H, T_q, T_k).
+            TypeError: a cache that is not a :class:`LayerKVCache`.
         """
-        impl = check_choice("impl", impl, ATTENTION_IMPLS)
-        batch, seq_len, _ = x.shape
-        if positions.shape[-1] != seq_len or positions.dim() not in (1, 2):
-            raise ValueError(
-                f"positions must have shape (T,) or (B, T) with T={seq_len}, "
-                f"got {tuple(positions.shape)}"
-            )
-        if positions.dim() == 2 and positions.shape[0] not in (1, batch):
-            raise ValueError(
-                f"positions of shape (B, T) need B = 1 or the batch size {batch}, "
-                f"got {tuple(positions.shape)}"
-            )
-        wants_weights = need_weights or self.scheme.needs_attention_weights
-        if impl == "sdpa" and wants_weights:
-            raise ValueError(
-                "impl='sdpa' cannot return attention weights; use impl='reference' or "
-                f"'auto' (need_weights={need_weights}, scheme {self.scheme.name!r} "
-                f"needs weights: {self.scheme.needs_attention_weights})"
-            )
-        if impl == "flex" and wants_weights:
-            reason = (
-                f"scheme {self.scheme.name!r} adds a value term made from them, which "
-                "no score_mod can add (it changes the output, not the scores)"
-                if self.scheme.needs_attention_weights
-                else f"need_weights={need_weights}"
-            )
-            raise ValueError(
-                f"impl='flex' cannot return attention weights: {reason}; use "
-                "impl='reference' or 'auto'"
-            )
-        use_reference = impl == "reference" or (impl == "auto" and wants_weights)
-        scale = 1.0 / math.sqrt(self.scheme.score_scale_factor * self.head_dim)
-
-        qkv = self.qkv(x).view(batch, seq_len, 3, self.num_heads, self.head_dim)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)
-        # positions broadcast over the heads: (T,) stays, (B, T) becomes (B, 1, T)
-        pos = positions if positions.dim() == 1 else positions[:, None, :]
-        if getattr(cache, "reassigns_positions", False):
-            # StreamingLLM: all cached keys are transformed again at their slots
-            k, v, k_pos = cache.append(k, v, pos)
-            q, k = self.scheme.transform_qk(q, k, pos, k_pos)
+        impl = check_impl(
+            impl, type(self.scheme), sink=self.sinks is not None,
+            need_weights=need_weights,
+        )
+        if cache is not None and not isinstance(cache, LayerKVCache):
+            raise TypeError(f"cache must be a LayerKVCache, got {type(cache).__name__}")
+        pos = head_positions(positions, *x.shape[:2])  # (T,) or (B, 1, T)
+        q, k, v = self._project(x)  # (B, H, T, d_h) each
+        q, k, v, k_pos = self._position(q, k, v, pos, cache)  # k, v: (B, H, T_k, d_h)
+        if impl == "reference":
+            out, weights = self._attend_reference(q, k, v, pos, k_pos)
+        elif impl == "sdpa":
+            out, weights = self._attend_sdpa(q, k, v, pos, k_pos), None
         else:
-            q, k = self.scheme.transform_qk(q, k, pos, pos)
+            out, weights = self._attend_flex(q, k, v, pos, k_pos), None
+        return self._merge(out), (weights if need_weights else None)
+
+    def _project(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, T, d) → q, k, v stacked: (3, B, H, T, d_h)."""
+        batch, seq_len, _ = x.shape
+        qkv = self.qkv(x).view(batch, seq_len, 3, self.num_heads, self.head_dim)
+        return qkv.permute(2, 0, 3, 1, 4)  # (B, T, 3, H, d_h) → (3, B, H, T, d_h)
+
+    def _position(self, q, k, v, pos, cache):
+        """Plug-in point 2 and the KV cache; then Llama 4's query temperature.
+
+        A :class:`LayerKVCache` stores keys after the transform, so only the new ones
+        are transformed; a cache that ``reassigns_positions`` (StreamingLLM) stores
+        them before it and all of them are transformed again at their slots.
+
+        Returns:
+            ``(q, k, v, k_pos)``: q (B, H, T, d_h); k, v (B, H, T_k, d_h); k_pos the
+            keys' positions, (T_k,) or (B, 1, T_k).
+        """
+        if cache is not None and cache.reassigns_positions:  # StreamingLLM
+            k, v, k_pos = cache.append(k, v, pos)  # every kept key, untransformed
+            q, k = self._transform_qk(q, k, pos, k_pos)
+        else:
+            q, k = self._transform_qk(q, k, pos, pos)
             k_pos = pos
             if cache is not None:
-                k, v, k_pos = cache.append(k, v, pos)
+                k, v, k_pos = cache.append(k, v, pos)  # earlier keys + these
         if self.query_temperature is not None:
-            tau = query_temperature_scale(pos, **self.query_temperature)
+            tau = query_temperature_scale(pos, **self.query_temperature)  # like pos
             q = (q * tau[..., None].to(q.device)).to(q.dtype)
-        masks = dict(window=self.window, chunk=self.chunk)
-        weights = None
-        if impl == "flex":
-            if self.sinks is not None:
-                raise ValueError(
-                    "impl='flex' does not take sink logits here; use 'sdpa' or "
-                    "'reference'"
-                )
-            bias, score_mod = None, None
-            # the bias inside the kernel, with no T×T tensor: folded into q and k
-            # (Transformer-XL; the values keep d_h, the scale stays 1/√d_h), or a
-            # score_mod that looks it up from O(T)-sized tables. (The sdpa path keeps
-            # the bias tensor: torch 2.13's CPU SDPA has no fused kernel for a q/k
-            # head dim other than v's and would build the T×T scores anyway.)
-            folded = self.scheme.augment_qk(q, k, pos, k_pos)
-            if folded is None:
-                score_mod = self.scheme.score_mod(pos, k_pos, q=q, k=k)
-                has_bias = (
-                    type(self.scheme).score_bias is not PositionalScheme.score_bias
-                )
-                if score_mod is None and has_bias:
-                    raise ValueError(
-                        f"scheme {self.scheme.name!r} has a score bias but no "
-                        "score_mod (nor augment_qk) for impl='flex'"
-                    )
-            q_in, k_in = (q, k) if folded is None else folded
-            out = attention_flex(
-                q_in,
-                k_in,
-                v,
-                score_mod=score_mod,
-                causal=self.causal,
-                scale=scale,
-                **masks,
-            )
-        else:
-            bias = self.scheme.score_bias(q, k, pos, k_pos)
-            if bias is not None:
-                shape = torch.Size((batch, self.num_heads, q.shape[-2], k.shape[-2]))
-                _check_bias(bias, shape, self.scheme.name)
-        if use_reference:
-            out, weights = attention_reference(
-                q,
-                k,
-                v,
-                bias=bias,
-                causal=self.causal,
-                scale=scale,
-                sinks=self.sinks,
-                **masks,
-            )
+        return q, k, v, k_pos
+
+    def _transform_qk(self, q, k, q_pos, k_pos):
+        """Plug-in point 2, where the scheme declares it; shapes kept."""
+        if "transform_qk" not in self.scheme.hooks:
+            return q, k
+        return self.scheme.transform_qk(q, k, q_pos, k_pos)
+
+    @property
+    def _attention_options(self) -> dict:
+        """The keyword arguments every backend takes: mask and score scale."""
+        scale = 1.0 / math.sqrt(self.scheme.score_scale_factor * self.head_dim)
+        return dict(
+            causal=self.causal, scale=scale, window=self.window, chunk=self.chunk
+        )
+
+    def _score_bias(self, q, k, pos, k_pos) -> torch.Tensor | None:
+        """Plug-in point 3 as a tensor broadcastable to (B, H, T_q, T_k), or None."""
+        if "score_bias" not in self.scheme.hooks:
+            return None
+        bias = self.scheme.score_bias(q, k, pos, k_pos)
+        if bias is not None:
+            shape = torch.Size((*q.shape[:2], q.shape[-2], k.shape[-2]))
+            _check_bias(bias, shape, self.scheme.name)
+        return bias
+
+    def _attend_reference(self, q, k, v, pos, k_pos):
+        """Explicit scores, then plug-in point 4 → (out (B, H, T, d_h), weights)."""
+        bias = self._score_bias(q, k, pos, k_pos)
+        out, weights = attention_reference(
+            q, k, v, bias=bias, sinks=self.sinks, **self._attention_options
+        )
+        if "value_term" in self.scheme.hooks:
             term = self.scheme.value_term(weights, pos, k_pos)
             if term is not None:
                 out = out + term
-        elif impl != "flex":
-            out = attention_sdpa(
-                q,
-                k,
-                v,
-                bias=bias,
-                causal=self.causal,
-                scale=scale,
-                sinks=self.sinks,
-                **masks,
-            )
+        return out, weights
+
+    def _attend_sdpa(self, q, k, v, pos, k_pos) -> torch.Tensor:
+        """PyTorch's fused attention, the bias as a float mask → (B, H, T, d_h)."""
+        bias = self._score_bias(q, k, pos, k_pos)
+        return attention_sdpa(
+            q, k, v, bias=bias, sinks=self.sinks, **self._attention_options
+        )
+
+    def _attend_flex(self, q, k, v, pos, k_pos) -> torch.Tensor:
+        """FlexAttention: the bias inside the kernel, with no T×T tensor → (B, H, T,
+        d_h). It is folded into q and k (``augment_qk``: Transformer-XL; the values
+        keep d_h, the scale stays 1/√d_h) or looked up by a ``score_mod`` from
+        O(T)-sized tables. (The sdpa path keeps the bias tensor: torch 2.13's CPU SDPA
+        has no fused kernel for a q/k head dim other than v's and would build the T×T
+        scores anyway.)"""
+        hooks, score_mod = self.scheme.hooks, None
+        if "augment_qk" in hooks:
+            q, k = self.scheme.augment_qk(q, k, pos, k_pos)  # (B, H, T, d_aug)
+        elif "score_mod" in hooks:
+            score_mod = self.scheme.score_mod(pos, k_pos, q=q, k=k)
+        return attention_flex(q, k, v, score_mod=score_mod, **self._attention_options)
+
+    def _merge(self, out: torch.Tensor) -> torch.Tensor:
+        """Heads (B, H, T, d_h) → (B, T, d), then the output projection."""
+        batch, _, seq_len, _ = out.shape
         out = out.transpose(1, 2).reshape(batch, seq_len, self.d_model)
-        return self.proj(out), (weights if need_weights else None)
+        return self.proj(out)

@@ -81,6 +81,7 @@ class LearnedScheme(PositionalScheme):
     """
 
     name = "learned"
+    hooks = frozenset({"embed"})
 
     def __init__(
         self,

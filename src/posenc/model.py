@@ -21,10 +21,12 @@ from .attention import (
     KVCache,
     MultiHeadAttention,
     StreamingKVCache,
+    check_impl,
     check_query_temperature,
+    check_sink,
     check_window,
 )
-from .schemes import PositionalScheme, build_scheme, get_scheme_class
+from .schemes import build_scheme, get_scheme_class
 
 #: The keys a layer of :attr:`ModelConfig.layers` may hold.
 LAYER_KEYS = (
@@ -90,12 +92,7 @@ class ModelConfig:
                 f"num_heads={self.num_heads}"
             )
         check_choice("attn_impl", self.attn_impl, ATTENTION_IMPLS)
-        if self.attn_impl in ("sdpa", "flex") and scheme_cls.needs_attention_weights:
-            raise ValueError(
-                f"attn_impl={self.attn_impl!r} cannot serve scheme {self.scheme!r}: "
-                "its value term needs the "
-                "attention weights; use 'auto' or 'reference'"
-            )
+        self._check_impl_serves(scheme_cls)
         if not isinstance(self.scheme_options, dict):
             raise TypeError(
                 "scheme_options must be a dict, got "
@@ -120,19 +117,6 @@ class ModelConfig:
                     f"{layer!r}"
                 )
             spec = self.layer_spec(layer)
-            for name in (spec["scheme"], self.scheme):
-                cls = get_scheme_class(name)
-                if cls.embed is not PositionalScheme.embed:
-                    raise ValueError(
-                        f"layers[{i}]: scheme {name!r} adds to the embeddings, once "
-                        "before the first layer; a layer pattern takes schemes that "
-                        "act inside attention"
-                    )
-                if self.attn_impl in ("sdpa", "flex") and cls.needs_attention_weights:
-                    raise ValueError(
-                        f"layers[{i}]: attn_impl={self.attn_impl!r} cannot serve "
-                        f"scheme {name!r}, whose value term needs the weights"
-                    )
             if not isinstance(spec["scheme_options"], dict):
                 raise TypeError(
                     f"layers[{i}]['scheme_options'] must be a dict, got "
@@ -141,16 +125,29 @@ class ModelConfig:
             check_window(f"layers[{i}]['window']", spec["window"])
             check_window(f"layers[{i}]['chunk']", spec["chunk"])
             check_query_temperature(spec["query_temperature"])
-            if not isinstance(spec["sink"], bool):
-                raise TypeError(
-                    f"layers[{i}]['sink'] must be a bool, got {spec['sink']!r}"
-                )
-            if spec["sink"] and self.attn_impl == "flex":
-                raise ValueError(
-                    f"layers[{i}]: attn_impl='flex' does not take sink logits"
-                )
+            check_sink(f"layers[{i}]['sink']", spec["sink"])
+            for name in (spec["scheme"], self.scheme):
+                cls = get_scheme_class(name)
+                if "embed" in cls.hooks:
+                    raise ValueError(
+                        f"layers[{i}]: scheme {name!r} adds to the embeddings, once "
+                        "before the first layer; a layer pattern takes schemes that "
+                        "act inside attention"
+                    )
+                self._check_impl_serves(cls, sink=spec["sink"], where=f"layers[{i}]: ")
             out.append(dict(layer))
         return out
+
+    def _check_impl_serves(self, scheme, *, sink=False, where="") -> None:
+        """:func:`~posenc.attention.check_impl`'s rule for ``attn_impl``, the error
+        naming the layer and the scheme."""
+        try:
+            check_impl(self.attn_impl, scheme, sink=sink)
+        except ValueError as error:
+            raise ValueError(
+                f"{where}attn_impl={self.attn_impl!r} cannot serve scheme "
+                f"{scheme.name!r}: {error}"
+            ) from None
 
     def layer_spec(self, layer: dict | None) -> dict:
         """A layer's full specification, its defaults filled in: ``{"scheme",
@@ -280,7 +277,7 @@ class TinyLM(nn.Module):
             ValueError: the scheme adds to the embeddings (sinusoidal, learned): its
             positions cannot be re-assigned to cached keys.
         """
-        if type(self.scheme).embed is not PositionalScheme.embed:
+        if "embed" in self.scheme.hooks:
             raise ValueError(
                 f"scheme {self.config.scheme!r} adds positions to the embeddings; a "
                 "streaming cache re-positions cached keys and needs a scheme that acts "
@@ -339,7 +336,9 @@ class TinyLM(nn.Module):
                 f"cache has {len(cache.layers)} layers, the model {len(self.blocks)}; "
                 "use model.new_cache()"
             )
-        x = self.scheme.embed(self.tok_emb(tokens), positions)
+        x = self.tok_emb(tokens)  # (B, T, d)
+        if "embed" in self.scheme.hooks:
+            x = self.scheme.embed(x, positions)  # plug-in point 1
         all_weights = []
         for i, block in enumerate(self.blocks):
             layer_cache = None if cache is None else cache.layers[i]

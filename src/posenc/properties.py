@@ -150,14 +150,10 @@ def check_properties(
 
 
 def plug_in_points(scheme: PositionalScheme) -> tuple[str, ...]:
-    """Where ``scheme`` acts: the labels of the plug-in points its class overrides
-    (``"embedding"``, ``"q/k transform"``, ``"score bias"``, ``"value term"``); ``()``
-    for "none"."""
-    return tuple(
-        label
-        for method, label in PLUG_IN_POINTS
-        if getattr(type(scheme), method) is not getattr(PositionalScheme, method)
-    )
+    """Where ``scheme`` acts: the labels of the plug-in points its class declares in
+    :attr:`~posenc.schemes.PositionalScheme.hooks` (``"embedding"``, ``"q/k
+    transform"``, ``"score bias"``, ``"value term"``); ``()`` for "none"."""
+    return tuple(label for method, label in PLUG_IN_POINTS if method in scheme.hooks)
 
 
 @dataclass(frozen=True)

@@ -231,7 +231,7 @@ class ShawScheme(PositionalScheme):
     """
 
     name = "shaw"
-    needs_attention_weights = True
+    hooks = frozenset({"score_bias", "score_mod", "value_term"})
 
     def __init__(
         self,
@@ -343,6 +343,7 @@ class TransformerXLScheme(PositionalScheme):
     """
 
     name = "transformer_xl"
+    hooks = frozenset({"score_bias", "augment_qk"})
 
     def __init__(self, *, d_model: int, num_heads: int, base: float = 10000.0) -> None:
         super().__init__(d_model=d_model, num_heads=num_heads)
@@ -544,6 +545,7 @@ class T5Scheme(PositionalScheme):
     """
 
     name = "t5"
+    hooks = frozenset({"score_bias", "score_mod"})
 
     def __init__(
         self,
@@ -722,6 +724,7 @@ class DebertaScheme(PositionalScheme):
     """
 
     name = "deberta"
+    hooks = frozenset({"score_bias", "score_mod"})
     score_scale_factor = 3.0
 
     def __init__(

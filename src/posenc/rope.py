@@ -500,6 +500,7 @@ class RotaryScheme(PositionalScheme):
     """
 
     name = "rope"
+    hooks = frozenset({"transform_qk"})
 
     def __init__(
         self,

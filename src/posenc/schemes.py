@@ -13,6 +13,12 @@ A positional scheme acts at one or more of four plug-in points of the one attent
 4. :meth:`PositionalScheme.value_term` — add a term built from the attention weights to
    the output (Shaw values).
 
+A scheme **declares** the points it uses in its class attribute
+:attr:`PositionalScheme.hooks` (the names of the methods it overrides); the model and
+the attention read that declaration to decide what to call and which attention paths
+can serve the scheme, and ``tests/test_schemes.py`` checks that every registered
+scheme's declaration names exactly the methods it overrides.
+
 The base class is the identity at every point, which is exactly the scheme ``"none"``.
 Schemes are registered by name with :func:`register_scheme` and built by name with
 :func:`build_scheme`; the model, the experiments and the benchmarks only ever use names.
@@ -29,11 +35,25 @@ from ._checks import check_int
 
 _REGISTRY: dict[str, type[PositionalScheme]] = {}
 
+#: The plug-in points a scheme may declare in :attr:`PositionalScheme.hooks`: the names
+#: of the methods that implement them, in the order a forward pass reaches them.
+HOOKS = (
+    "embed",
+    "transform_qk",
+    "score_bias",
+    "score_mod",
+    "augment_qk",
+    "value_term",
+)
+
 
 class PositionalScheme(nn.Module):
     """Base class: a scheme that adds no positional information at any plug-in point.
 
-    Subclasses set ``name`` and override the plug-in points they use. Every method
+    Subclasses set ``name``, override the plug-in points they use and declare them in
+    ``hooks``, e.g. ``hooks = frozenset({"score_bias", "score_mod"})`` for ALiBi; a
+    point that is not declared is never called by the model or the attention. Every
+    method
     receives the positions explicitly, as int or float tensors, so that KV-cache offsets
     and interpolated positions need no special case: :meth:`embed` gets ``(T,)`` or
     ``(B, T)``; the attention-level points get ``(T,)`` or ``(B, 1, T)``, which
@@ -48,8 +68,13 @@ class PositionalScheme(nn.Module):
     """
 
     name: ClassVar[str] = ""
-    #: True when :meth:`value_term` is used: the attention must then materialise its
-    #: weights, so the fused ``scaled_dot_product_attention`` path cannot be taken.
+    #: The plug-in points the scheme uses, names from :data:`HOOKS`: ``"embed"``
+    #: (point 1), ``"transform_qk"`` (2), ``"score_bias"`` (3) with its fused forms
+    #: ``"score_mod"`` and ``"augment_qk"``, ``"value_term"`` (4). Empty for "none".
+    hooks: ClassVar[frozenset[str]] = frozenset()
+    #: True when :meth:`value_term` is used (set from ``hooks``, not by hand): the
+    #: attention must then materialise its weights, so the fused
+    #: ``scaled_dot_product_attention`` path cannot be taken.
     needs_attention_weights: ClassVar[bool] = False
     #: The longest sequence the scheme can encode (a learned table's size); None for no
     #: limit.
@@ -57,6 +82,22 @@ class PositionalScheme(nn.Module):
     #: Scores are scaled by 1/√(score_scale_factor · d_h); DeBERTa uses 3 (three score
     #: terms).
     score_scale_factor: ClassVar[float] = 1.0
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        """Check the declared ``hooks`` and derive ``needs_attention_weights``.
+
+        Raises:
+            ValueError: a hook name not in :data:`HOOKS`, naming the class.
+        """
+        super().__init_subclass__(**kwargs)
+        unknown = sorted(set(cls.hooks) - set(HOOKS))
+        if unknown:
+            raise ValueError(
+                f"{cls.__name__}.hooks names unknown plug-in points {unknown}; the "
+                f"points are {HOOKS}"
+            )
+        cls.hooks = frozenset(cls.hooks)
+        cls.needs_attention_weights = "value_term" in cls.hooks
 
     def __init__(self, *, d_model: int, num_heads: int) -> None:
         super().__init__()

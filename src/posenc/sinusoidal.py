@@ -127,6 +127,7 @@ class SinusoidalScheme(PositionalScheme):
     """
 
     name = "sinusoidal"
+    hooks = frozenset({"embed"})
 
     def __init__(
         self,

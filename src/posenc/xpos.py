@@ -377,6 +377,7 @@ class XPosScheme(PositionalScheme):
     """
 
     name = "xpos"
+    hooks = frozenset({"transform_qk"})
 
     def __init__(
         self,
