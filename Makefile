@@ -26,7 +26,7 @@ export OMP_NUM_THREADS := 1
 VENDOR := book/_vendor
 ASSETS := $(VENDOR)/node_modules/.package-lock.json
 
-.PHONY: book prepare study study-verify study-check bench slides test pytest notebooks strict-book \
+.PHONY: colab-times book prepare study study-verify study-check bench slides test pytest notebooks strict-book \
 	site-tests clean-env-tests clean
 
 $(STAMP): requirements.txt pyproject.toml
@@ -104,6 +104,11 @@ study-check: $(STAMP)
 # their provenance in src/posenc/results/bench/<device type>.json (the book reads cpu.json),
 # with one torch thread (BENCH_CONFIG):
 # run them on an otherwise idle machine.
+# Every chapter on the Colab path, one at a time, with its time, what it installs and downloads
+# (tests/colab_times.py): a measurement for an idle machine, not part of `make test`.
+colab-times: prepare
+	$(BIN)/python tests/colab_times.py
+
 bench: $(STAMP)
 	$(BIN)/python -m posenc.bench --save
 

@@ -7,9 +7,12 @@ built once per test session, as pip builds it from the repository's git URL on C
 dependencies from the package index, and whatever else the chapter needs at the book's pinned
 versions (:func:`posenc.ensure_installed`). The cache is empty and ``POSENC_REQUIRE_CACHED`` is
 unset, as on Colab: every model a chapter loads must come from the weights that ship inside the
-package, and the test fails if anything was trained (a ``.pt`` file in the cache). Each chapter's
-wall time is printed, written to ``_build/colab-path/<chapter>.json``, and must stay under
-:data:`MAX_SECONDS`.
+package, and the test fails if anything was trained (a ``.pt`` file in the cache). Each
+chapter's wall time, what it installed and downloaded, and which shipped weights it read
+are printed and written to ``_build/colab-path/<chapter>.json``. The time is recorded, not
+asserted (a timing inside a test measures the machine's load as much as the chapter):
+``python tests/colab_times.py`` runs the chapters one at a time, prints the table and
+exits non-zero when one takes more than :data:`MAX_SECONDS`; run it on an idle machine.
 
 With ``POSENC_FILL_BOOK_CACHE=1`` (set by ``make clean-env-tests``), a chapter that
 passes is also stored, executed as myst-nb executes it, in the book's execution cache of
@@ -50,7 +53,8 @@ CHAPTERS = chapters()
 #: What a Colab runtime has before any notebook cell runs, by distribution name: these and
 #: everything they require are visible to the clean Python; nothing else is.
 COLAB_BASELINE = ("torch", "numpy", "matplotlib", "pip", "ipykernel")
-#: The required wall time of one chapter on the Colab path, in seconds (the goal is 120).
+#: The most one chapter may take on the Colab path, in seconds, on an idle 2-core machine
+#: (the goal is 120), checked by ``python tests/colab_times.py``, not by this test.
 MAX_SECONDS = 180
 
 
@@ -229,7 +233,6 @@ def test_chapter_runs_alone_through_its_install_cell(tmp_path, chapter, posenc_w
               **shipped_weights_read(installed.parent / "weights", started)}
     (times / f"{Path(chapter).name}.json").write_text(json.dumps(record, indent=1))
     print(f"{chapter}: {seconds:.0f} s on the Colab path")
-    assert seconds < MAX_SECONDS, f"{chapter} took {seconds:.0f} s on the Colab path (at most {MAX_SECONDS})"
 
     if os.environ.get("POSENC_FILL_BOOK_CACHE") == "1":
         from posenc.execute import book_config, store
