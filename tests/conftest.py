@@ -32,11 +32,11 @@ def _pretrained(name):
 
 @pytest.fixture(scope="session")
 def smollm2():
-    """SmolLM2-135M-Instruct and its tokenizer (posenc.pretrained.load)."""
+    """SmolLM2-135M-Instruct and its tokenizer (posenc.layers.pretrained.load)."""
     return _pretrained("smollm2")
 
 
 @pytest.fixture(scope="session")
 def minilm():
-    """all-MiniLM-L6-v2 and its tokenizer (posenc.pretrained.load)."""
+    """all-MiniLM-L6-v2 and its tokenizer (posenc.layers.pretrained.load)."""
     return _pretrained("minilm")

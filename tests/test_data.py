@@ -6,7 +6,14 @@ import platform
 from pathlib import Path
 
 from posenc import data
-from posenc.data import eval_windows, get_batch, load_stdlib_corpus, load_text_corpus, stdlib_source_files, stdlib_sources
+from posenc.layers.data import (
+    eval_windows,
+    get_batch,
+    load_stdlib_corpus,
+    load_text_corpus,
+    stdlib_source_files,
+    stdlib_sources,
+)
 
 
 @pytest.fixture(scope="module")

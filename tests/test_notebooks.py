@@ -103,7 +103,7 @@ def test_markdown_printed_by_cells_can_hold_tables():
 
 
 def test_the_parallel_execution_step_sees_the_books_chapters_and_cache(tmp_path):
-    """posenc.execute (make book, make test) executes exactly the chapters, into the cache
+    """posenc.book.execute (make book, make test) executes exactly the chapters, into the cache
     jupyter-book reads, and a stored chapter counts as cached for its current code only."""
     import nbformat
     from jupyter_cache import get_cache

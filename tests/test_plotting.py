@@ -4,7 +4,7 @@ import pytest
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from posenc.plotting import memory_plot, perplexity_plot  # noqa: E402
+from posenc.book.plotting import memory_plot, perplexity_plot  # noqa: E402
 
 
 def test_length_axes_are_labelled_with_the_lengths():
@@ -20,7 +20,7 @@ def test_length_axes_are_labelled_with_the_lengths():
 def test_interval_plot_draws_the_interval_of_each_scheme():
     import pandas as pd
 
-    from posenc.plotting import interval_plot
+    from posenc.book.plotting import interval_plot
 
     rows = [
         ("a", 64, 64, "language_modeling", "loss_sliding", 2.0, 1.9, 2.2, 3),

@@ -1,4 +1,4 @@
-"""The one store for stored results (posenc.store): folders, provenance, atomic writes,
+"""The one store for stored results (posenc.experiments.store): folders, provenance, atomic writes,
 resume and prune, the staleness message, the reproduction check and the command line
 that the three studies share."""
 

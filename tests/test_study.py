@@ -1,8 +1,8 @@
-"""The length-generalization study (posenc.study): its probes, its two evaluation
+"""The length-generalization study (posenc.experiments.study): its probes, its two evaluation
 protocols against a naive loop, its statistics against scipy, its keys, resumability,
 and the stored results against the current grid (stale results fail here).
 
-The reproduction of stored values from scratch is `python -m posenc.study --check`
+The reproduction of stored values from scratch is `python -m posenc.experiments.study --check`
 (`make study-check`, part of `make test`): it trains for minutes, so it is no unit
 test."""
 
@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 from scipy import stats
 
-import posenc.study as study
-import posenc.study_grid as study_grid
+import posenc.experiments.study as study
+import posenc.experiments.study_grid as study_grid
 from posenc import probes
-from posenc.model import ModelConfig, TinyLM
+from posenc.layers.model import ModelConfig, TinyLM
 from posenc.schemes import available_schemes
 
 
