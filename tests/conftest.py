@@ -20,7 +20,7 @@ def device(request):
 
 
 def _pretrained(name):
-    from posenc import pretrained
+    from posenc.layers import pretrained
 
     try:
         return pretrained.load(name)

@@ -47,7 +47,7 @@ def test_peak_rss_sees_a_temporary_allocation():
 import copy  # noqa: E402
 import json  # noqa: E402
 
-from posenc import bench  # noqa: E402
+from posenc.experiments import bench  # noqa: E402
 
 
 def test_rope_bytes_counts_one_read_and_one_write_of_q_and_k_plus_the_table():

@@ -5,7 +5,7 @@ import json
 import platform
 from pathlib import Path
 
-from posenc import data
+from posenc.layers import data
 from posenc.layers.data import (
     eval_windows,
     get_batch,

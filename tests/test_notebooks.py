@@ -108,7 +108,7 @@ def test_the_parallel_execution_step_sees_the_books_chapters_and_cache(tmp_path)
     import nbformat
     from jupyter_cache import get_cache
 
-    from posenc import execute
+    from posenc.book import execute
 
     assert [p.relative_to(ROOT).with_suffix("").as_posix() for p in execute.chapters(ROOT)] == notebooks()
     config = yaml.safe_load((ROOT / "_config.yml").read_text())["execute"]

@@ -42,7 +42,7 @@ def test_interval_plot_draws_the_interval_of_each_scheme():
 
 
 def test_figures_are_the_columns_width_and_record_their_smallest_text():
-    from posenc import plotting
+    from posenc.book import plotting
 
     plotting.use_style()
     fig, ax = plotting.figure()
@@ -68,7 +68,7 @@ def test_figures_are_the_columns_width_and_record_their_smallest_text():
 
 
 def test_text_as_displayed():
-    from posenc import plotting
+    from posenc.book import plotting
 
     # 10-pt text at 150 dpi in a 6-inch (900-px) figure shown 690 px wide
     assert plotting.displayed_text_px(10, 150, 900, 690) == pytest.approx(10 * 690 / (72 * 6))

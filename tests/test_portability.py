@@ -119,7 +119,7 @@ def test_the_declared_floor_is_the_checked_one():
 
 def test_a_cuda_machine_verifies_the_stored_cpu_study(monkeypatch):
     """`make book` on a CUDA machine: the study the book reads is the cpu preset's."""
-    from posenc import study
+    from posenc.experiments import study
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert study.main(["--verify"]) == 0

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import posenc
+import posenc.layers.attention
 from posenc.layers.attention import MultiHeadAttention
 from posenc.layers.model import ModelConfig, TinyLM
 from posenc.schemes import PositionalScheme, build_scheme, get_scheme_class

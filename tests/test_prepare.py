@@ -5,7 +5,8 @@ import pytest
 import torch
 
 import posenc
-from posenc import experiments, prepare
+from posenc import experiments
+from posenc.book import prepare
 from posenc.layers.data import Corpus
 from posenc.experiments import BookRun, book_runs
 from posenc.layers.train import REQUIRE_CACHED_ENV
@@ -61,7 +62,7 @@ def test_the_training_step_leaves_the_vit_runs_to_the_study_tier(
 ):
     """`make prepare` trains the chapters' models only: the tiny ViT's multi-seed
     digits runs are stored in the repository (python -m posenc.layers.vit, `make study`)."""
-    from posenc import vit
+    from posenc.layers import vit
 
     monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(prepare, "prepare", lambda **kwargs: {})  # all cached

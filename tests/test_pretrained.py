@@ -13,7 +13,7 @@ import copy
 import pytest
 import torch
 
-from posenc import pretrained
+from posenc.layers import pretrained
 from posenc.layout import pair_permutation
 from posenc.scaling import rope_inv_freq
 

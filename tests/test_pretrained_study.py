@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posenc import pretrained_study
+from posenc.experiments import pretrained_study
 
 
 def test_the_real_model_study_grid_has_unique_keys():

@@ -11,6 +11,7 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb as llama_apply_rotary_pos_emb
 
 import posenc
+import posenc.layers.surgery
 from posenc.layout import pair_permutation
 from posenc.layers.model import ModelConfig, TinyLM
 from posenc.rope import (
@@ -382,10 +383,10 @@ def test_apply_rope_qk_errors():
 def test_apply_rope_qk_tiles_cover_every_position(monkeypatch, layout, dtype):
     """The sequence is rotated tile by tile (posenc.experiments.kernels.ROPE_TILE_BYTES): with tiles of 8
     positions, 37 positions take five tiles, the last one short, in every mode."""
-    import posenc.rope
+    import posenc.experiments.kernels
     from posenc.experiments.kernels import apply_rope_qk
 
-    monkeypatch.setattr(posenc.rope, "ROPE_TILE_BYTES", 1)
+    monkeypatch.setattr(posenc.experiments.kernels, "ROPE_TILE_BYTES", 1)
     g = torch.Generator().manual_seed(3)
     q, k = (torch.randn(2, 3, 37, 16, generator=g).to(dtype) for _ in range(2))
     positions = torch.arange(37)[None, None] + torch.tensor([0, 100])[:, None, None]  # (B, 1, T)

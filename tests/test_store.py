@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from posenc import store
+from posenc.experiments import store
 
 
 def test_results_dir_is_the_package_folder_and_checks_its_name():

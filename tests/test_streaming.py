@@ -4,7 +4,7 @@ their slots, and equals full attention as long as nothing is evicted."""
 import pytest
 import torch
 
-from posenc import streaming
+from posenc.layers import streaming
 from posenc.layers.attention import MultiHeadAttention, attention_reference
 from posenc.layers.kv_cache import StreamingLayerKVCache
 from posenc.layers.model import ModelConfig, TinyLM

@@ -19,7 +19,7 @@ from scipy import stats
 
 import posenc.experiments.study as study
 import posenc.experiments.study_grid as study_grid
-from posenc import probes
+from posenc.experiments import probes
 from posenc.layers.model import ModelConfig, TinyLM
 from posenc.schemes import available_schemes
 

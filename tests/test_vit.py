@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from posenc import vit
+from posenc.layers import vit
 from posenc.sinusoidal import sinusoidal_encoding
 from posenc.experiments.store import StaleResultsError
 from posenc.layers.train import TrainConfig

@@ -1,8 +1,9 @@
-"""The experiments the book measures: the book's standard runs (:mod:`.runs`, re-exported
-here, so that a chapter writes ``from posenc.experiments import book_scale, ...``), the
-one stored-results protocol (:mod:`.store`), the length-generalization study
-(:mod:`.study` with :mod:`.study_grid`, :mod:`.probes`, :mod:`.lm_evaluation`,
-:mod:`.stats`), the pretrained-model study (:mod:`.pretrained_study`) and the benchmarks
+"""The experiments the book measures: the book's standard runs (:mod:`.runs`,
+re-exported here, so that a chapter writes ``from posenc.experiments import
+book_scale, ...``), the one stored-results protocol (:mod:`.store`), the
+length-generalization study (:mod:`.study` with :mod:`.study_grid`, :mod:`.probes`,
+:mod:`.lm_evaluation`, :mod:`.stats`), the pretrained-model study
+(:mod:`.pretrained_study`) and the benchmarks
 (:mod:`.bench`, with the CPU RoPE kernel they measure, :mod:`.kernels`).
 
 Imports run one way: the encodings (:mod:`posenc`) ← the layers (:mod:`posenc.layers`)
