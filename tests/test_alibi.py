@@ -2,7 +2,12 @@ import pytest
 import torch
 
 from posenc.alibi import alibi_bias, alibi_slopes
-from posenc.attention import MultiHeadAttention, attention_flex, attention_reference, attention_sdpa
+from posenc.layers.attention import (
+    MultiHeadAttention,
+    attention_flex,
+    attention_reference,
+    attention_sdpa,
+)
 from posenc.schemes import PositionalScheme, build_scheme
 
 

@@ -2,7 +2,12 @@ import pytest
 import torch
 
 import posenc
-from posenc.attention import MultiHeadAttention, attention_reference, attention_sdpa, causal_mask
+from posenc.layers.attention import (
+    MultiHeadAttention,
+    attention_reference,
+    attention_sdpa,
+)
+from posenc.layers.masks import causal_mask
 from posenc.schemes import PositionalScheme, build_scheme
 
 D_MODEL, HEADS = 16, 4

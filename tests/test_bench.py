@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from posenc.bench import peak_memory, peak_rss
+from posenc.experiments.bench import peak_memory, peak_rss
 
 
 def test_counts_a_known_allocation():
@@ -40,14 +40,14 @@ def test_peak_rss_sees_a_temporary_allocation():
     assert peak_rss(lambda: None) < 4 * 2**20
 
 
-# ---- the benchmarks of "The cost of positions" (python -m posenc.bench) ---------------------------
+# ---- the benchmarks of "The cost of positions" (python -m posenc.experiments.bench) ---------------------------
 # No test here asserts a speed: timings are measured by the command, stored, and only their
 # arithmetic (bytes, ratios) and their configuration are checked.
 
 import copy  # noqa: E402
 import json  # noqa: E402
 
-from posenc import bench  # noqa: E402
+from posenc.experiments import bench  # noqa: E402
 
 
 def test_rope_bytes_counts_one_read_and_one_write_of_q_and_k_plus_the_table():
@@ -115,11 +115,11 @@ def test_decode_benchmark_rows():
 def test_bias_paths_agree(scheme, monkeypatch):
     # FlexAttention uncompiled: the same score_mod evaluated exactly; the compiled kernels
     # are compared with the reference in tests/test_flex_bias.py (compiling costs seconds each).
-    import posenc.attention
+    import posenc.layers.attention
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    monkeypatch.setattr(posenc.attention, "_compiled_flex_functions", lambda: (flex_attention, create_block_mask))
-    posenc.attention.flex_block_mask.cache_clear()
+    monkeypatch.setattr(posenc.layers.attention, "_compiled_flex_functions", lambda: (flex_attention, create_block_mask))
+    posenc.layers.attention.flex_block_mask.cache_clear()
     module, q, k, v, pos = bench.bias_inputs(scheme, batch=1, num_heads=2, seq_len=24, head_dim=8)
     plain_module = bench.bias_inputs("none", batch=1, num_heads=2, seq_len=24, head_dim=8)[0]
     with torch.no_grad():  # FlexAttention has no backward pass on the CPU

@@ -45,7 +45,7 @@ def test_every_row_links_a_section_and_is_in_the_index():
 
 
 def test_past_the_context_smollm2_values_are_the_stored_runs():
-    from posenc.pretrained_study import load_results, range_perplexity
+    from posenc.experiments.pretrained_study import load_results, range_perplexity
 
     df = load_results()
     L = 8192

@@ -16,7 +16,7 @@ exits non-zero when one takes more than :data:`MAX_SECONDS`; run it on an idle m
 
 With ``POSENC_FILL_BOOK_CACHE=1`` (set by ``make clean-env-tests``), a chapter that
 passes is also stored, executed as myst-nb executes it, in the book's execution cache of
-_config.yml (posenc.execute.store): the strict build of ``make test``, which runs after
+_config.yml (posenc.book.execute.store): the strict build of ``make test``, which runs after
 this, reads these outputs instead of executing every chapter a third time. Outputs are
 stored only for the chapter's current code, never over outputs already there.
 
@@ -235,6 +235,6 @@ def test_chapter_runs_alone_through_its_install_cell(tmp_path, chapter, posenc_w
     print(f"{chapter}: {seconds:.0f} s on the Colab path")
 
     if os.environ.get("POSENC_FILL_BOOK_CACHE") == "1":
-        from posenc.execute import book_config, store
+        from posenc.book.execute import book_config, store
 
         store(nb, ROOT / f"{chapter}.ipynb", seconds, book_config(ROOT)["cache"])

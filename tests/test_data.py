@@ -5,8 +5,15 @@ import json
 import platform
 from pathlib import Path
 
-from posenc import data
-from posenc.data import eval_windows, get_batch, load_stdlib_corpus, load_text_corpus, stdlib_source_files, stdlib_sources
+from posenc.layers import data
+from posenc.layers.data import (
+    eval_windows,
+    get_batch,
+    load_stdlib_corpus,
+    load_text_corpus,
+    stdlib_source_files,
+    stdlib_sources,
+)
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +117,7 @@ def test_the_snapshot_is_the_corpus_of_the_stored_results():
     """Every stored study result was made with the snapshot's bytes: the corpus fingerprint in
     its record is the snapshot corpus's, so that no cache key or stored result changes."""
     study = load_stdlib_corpus(recursive=True)
-    results = Path(data.__file__).parent / "results" / "length_generalization"
+    results = Path(data.__file__).parents[1] / "results" / "length_generalization"
     corpora = {tuple(json.loads(p.read_text())["corpus"]) for p in results.glob("*.json")}
     assert corpora == {(study.name, study.fingerprint)}
     assert (load_stdlib_corpus().name, load_stdlib_corpus().fingerprint) == ("python-stdlib", "092ca30bf93ac40e")

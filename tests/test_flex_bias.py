@@ -17,12 +17,12 @@ import pytest
 import torch
 from torch.nn.attention.flex_attention import flex_attention
 
-from posenc.attention import MultiHeadAttention, attention_flex, attention_reference
-from posenc.relative import (
-    clipped_relative_position,
-    shaw_key_bias,
-    shaw_key_score_mod,
+from posenc.layers.attention import (
+    MultiHeadAttention,
+    attention_flex,
+    attention_reference,
 )
+from posenc.relative import clipped_relative_position, shaw_key_bias, shaw_key_score_mod
 from posenc.schemes import build_scheme
 
 D_MODEL, HEADS, T = 32, 4, 10

@@ -7,15 +7,14 @@ import math
 import pytest
 import torch
 
-from posenc.attention import (
+from posenc.layers.attention import (
     MultiHeadAttention,
     attention_flex,
-    attention_mask,
     attention_reference,
     attention_sdpa,
-    query_temperature_scale,
 )
-from posenc.model import LAYER_PRESETS, ModelConfig, TinyLM, layer_preset
+from posenc.layers.masks import attention_mask, query_temperature_scale
+from posenc.layers.model import LAYER_PRESETS, ModelConfig, TinyLM, layer_preset
 from posenc.schemes import build_scheme
 
 transformers = pytest.importorskip("transformers")
@@ -375,7 +374,7 @@ def test_a_uniform_model_is_the_pattern_with_one_entry_repeated():
 
 
 def test_describe_layer():
-    from posenc.model import describe_layer
+    from posenc.layers.model import describe_layer
 
     llama4 = layer_preset("llama4", 2, window=16, period=2)
     assert [describe_layer(layer) for layer in llama4] == [

@@ -1,4 +1,4 @@
-"""Multi-head Latent Attention (posenc.mla): the decoupled RoPE against transformers'
+"""Multi-head Latent Attention (posenc.layers.mla): the decoupled RoPE against transformers'
 DeepSeek-V3 (and V2) rotary functions, the whole attention against DeepseekV3Attention
 with the same weights, the absorbed (latent-cache) path against the naive one, the KV
 cache arithmetic, and SymPy's instance of why RoPE must be decoupled for absorption."""
@@ -23,7 +23,7 @@ from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
 )
 
 from posenc.layout import pair_permutation
-from posenc.mla import MLACache, MLAttention, kv_cache_bytes_per_token
+from posenc.layers.mla import MLACache, MLAttention, kv_cache_bytes_per_token
 from posenc.rope import apply_rope
 
 SIZES = {"kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 6, "v_head_dim": 5}

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 import posenc
-from posenc.model import ModelConfig, TinyLM
+from posenc.layers.model import ModelConfig, TinyLM
 
 
 def options(name):

@@ -14,15 +14,15 @@ from transformers.models.qwen2_vl import modeling_qwen2_vl as qwen2_vl
 from transformers.models.qwen3_vl import modeling_qwen3_vl as qwen3_vl
 
 from posenc import symbolic as S
-from posenc.rope import (
+from posenc.rope_nd import (
     apply_mrope,
-    apply_rope,
     apply_rope_2d,
     mrope_axis_of_pair,
     mrope_positions,
     rope_2d_inv_freq,
 )
-from posenc.sinusoidal import compute_inv_freq
+from posenc.rope import apply_rope
+from posenc.frequencies import compute_inv_freq
 
 
 def _config(head_dim, base, mrope_section=None, rope_type="default"):

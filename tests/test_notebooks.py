@@ -103,12 +103,12 @@ def test_markdown_printed_by_cells_can_hold_tables():
 
 
 def test_the_parallel_execution_step_sees_the_books_chapters_and_cache(tmp_path):
-    """posenc.execute (make book, make test) executes exactly the chapters, into the cache
+    """posenc.book.execute (make book, make test) executes exactly the chapters, into the cache
     jupyter-book reads, and a stored chapter counts as cached for its current code only."""
     import nbformat
     from jupyter_cache import get_cache
 
-    from posenc import execute
+    from posenc.book import execute
 
     assert [p.relative_to(ROOT).with_suffix("").as_posix() for p in execute.chapters(ROOT)] == notebooks()
     config = yaml.safe_load((ROOT / "_config.yml").read_text())["execute"]

@@ -4,7 +4,7 @@ import pytest
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from posenc.plotting import memory_plot, perplexity_plot  # noqa: E402
+from posenc.book.plotting import memory_plot, perplexity_plot  # noqa: E402
 
 
 def test_length_axes_are_labelled_with_the_lengths():
@@ -20,7 +20,7 @@ def test_length_axes_are_labelled_with_the_lengths():
 def test_interval_plot_draws_the_interval_of_each_scheme():
     import pandas as pd
 
-    from posenc.plotting import interval_plot
+    from posenc.book.plotting import interval_plot
 
     rows = [
         ("a", 64, 64, "language_modeling", "loss_sliding", 2.0, 1.9, 2.2, 3),
@@ -42,7 +42,7 @@ def test_interval_plot_draws_the_interval_of_each_scheme():
 
 
 def test_figures_are_the_columns_width_and_record_their_smallest_text():
-    from posenc import plotting
+    from posenc.book import plotting
 
     plotting.use_style()
     fig, ax = plotting.figure()
@@ -68,7 +68,7 @@ def test_figures_are_the_columns_width_and_record_their_smallest_text():
 
 
 def test_text_as_displayed():
-    from posenc import plotting
+    from posenc.book import plotting
 
     # 10-pt text at 150 dpi in a 6-inch (900-px) figure shown 690 px wide
     assert plotting.displayed_text_px(10, 150, 900, 690) == pytest.approx(10 * 690 / (72 * 6))

@@ -119,7 +119,7 @@ def test_the_declared_floor_is_the_checked_one():
 
 def test_a_cuda_machine_verifies_the_stored_cpu_study(monkeypatch):
     """`make book` on a CUDA machine: the study the book reads is the cpu preset's."""
-    from posenc import study
+    from posenc.experiments import study
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert study.main(["--verify"]) == 0
@@ -155,8 +155,8 @@ def test_a_chapter_says_what_it_will_train(monkeypatch, tmp_path):
 
 
 def test_scoring_bounds_the_tokens_per_forward_pass(monkeypatch):
-    from posenc.model import ModelConfig, TinyLM
-    from posenc.train import token_losses
+    from posenc.layers.model import ModelConfig, TinyLM
+    from posenc.layers.train import token_losses
 
     model = TinyLM(ModelConfig(scheme="rope", d_model=16, num_heads=2, num_layers=1)).eval()
     seen = []

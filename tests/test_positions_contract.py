@@ -18,8 +18,9 @@ import pytest
 import torch
 
 import posenc
-from posenc.attention import MultiHeadAttention
-from posenc.model import ModelConfig, TinyLM
+import posenc.layers.attention
+from posenc.layers.attention import MultiHeadAttention
+from posenc.layers.model import ModelConfig, TinyLM
 from posenc.schemes import PositionalScheme, build_scheme, get_scheme_class
 
 D_MODEL, HEADS, T = 32, 4, 10
@@ -67,14 +68,14 @@ def uncompiled_flex_for_covered_schemes(request, monkeypatch):
     params = getattr(request.node, "callspec", None)
     params = params.params if params is not None else {}
     if params.get("impl") == "flex" and params.get("name") in UNCOMPILED_FLEX:
-        import posenc.attention
+        import posenc.layers.attention
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-        monkeypatch.setattr(posenc.attention, "_compiled_flex_functions",
+        monkeypatch.setattr(posenc.layers.attention, "_compiled_flex_functions",
                             lambda: (flex_attention, create_block_mask))
-        posenc.attention.flex_block_mask.cache_clear()
+        posenc.layers.attention.flex_block_mask.cache_clear()
         yield
-        posenc.attention.flex_block_mask.cache_clear()
+        posenc.layers.attention.flex_block_mask.cache_clear()
     else:
         yield
 

@@ -5,10 +5,11 @@ import pytest
 import torch
 
 import posenc
-from posenc import experiments, prepare
-from posenc.data import Corpus
+from posenc import experiments
+from posenc.book import prepare
+from posenc.layers.data import Corpus
 from posenc.experiments import BookRun, book_runs
-from posenc.train import REQUIRE_CACHED_ENV
+from posenc.layers.train import REQUIRE_CACHED_ENV
 
 
 @pytest.fixture()
@@ -60,14 +61,14 @@ def test_the_training_step_leaves_the_vit_runs_to_the_study_tier(
     monkeypatch, tmp_path, capsys
 ):
     """`make prepare` trains the chapters' models only: the tiny ViT's multi-seed
-    digits runs are stored in the repository (python -m posenc.vit, `make study`)."""
-    from posenc import vit
+    digits runs are stored in the repository (python -m posenc.layers.vit, `make study`)."""
+    from posenc.layers import vit
 
     monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(prepare, "prepare", lambda **kwargs: {})  # all cached
 
     def no_vit(*args, **kwargs):
-        raise AssertionError("python -m posenc.prepare must not run the ViT")
+        raise AssertionError("python -m posenc.book.prepare must not run the ViT")
 
     monkeypatch.setattr(vit, "_run_one", no_vit)
     monkeypatch.setattr(vit, "digits_experiment", no_vit)
@@ -78,15 +79,15 @@ def test_the_training_step_leaves_the_vit_runs_to_the_study_tier(
 
 
 def test_every_run_a_chapter_loads_ships_its_weights():
-    """A run added to book_runs() must ship its weights too (python -m posenc.prepare --ship), so
+    """A run added to book_runs() must ship its weights too (python -m posenc.book.prepare --ship), so
     that a chapter on a fresh Colab runtime trains nothing."""
-    from posenc.data import load_stdlib_corpus
-    from posenc.train import SHIPPED_DIR, shipped_path
+    from posenc.layers.data import load_stdlib_corpus
+    from posenc.layers.train import SHIPPED_DIR, shipped_path
 
     corpus = load_stdlib_corpus()
     keys = {prepare.run_key(r, corpus, "small") for r in book_runs()}
     missing = sorted(k for k in keys if not shipped_path(k).exists())
-    assert missing == [], f"book runs without shipped weights (run `python -m posenc.prepare --ship`): {missing}"
+    assert missing == [], f"book runs without shipped weights (run `python -m posenc.book.prepare --ship`): {missing}"
     assert {p.stem for p in SHIPPED_DIR.glob("*.safetensors")} == keys, "shipped weights no run uses"
     total = sum(p.stat().st_size for p in SHIPPED_DIR.iterdir())
     assert total < 40 * 2**20
@@ -95,9 +96,9 @@ def test_every_run_a_chapter_loads_ships_its_weights():
 def test_training_loads_the_shipped_weights_when_nothing_is_cached(monkeypatch, tmp_path):
     from safetensors import safe_open
 
-    from posenc.data import load_stdlib_corpus
+    from posenc.layers.data import load_stdlib_corpus
     from posenc.experiments import train_scheme
-    from posenc.train import shipped_path
+    from posenc.layers.train import shipped_path
 
     monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv(REQUIRE_CACHED_ENV, "1")  # training would raise

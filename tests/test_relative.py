@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posenc.attention import MultiHeadAttention
+from posenc.layers.attention import MultiHeadAttention
 from posenc.relative import (
     clipped_relative_position,
     deberta_log_bucket_position,

@@ -11,11 +11,19 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb as llama_apply_rotary_pos_emb
 
 import posenc
+import posenc.layers.surgery
 from posenc.layout import pair_permutation
-from posenc.model import ModelConfig, TinyLM
-from posenc.rope import ROPE_LAYOUTS, apply_rope, rope_cos_sin, rope_matrix, rotate_half, rotate_interleaved
+from posenc.layers.model import ModelConfig, TinyLM
+from posenc.rope import (
+    ROPE_LAYOUTS,
+    apply_rope,
+    rope_cos_sin,
+    rope_matrix,
+    rotate_half,
+    rotate_interleaved,
+)
 from posenc.schemes import build_scheme
-from posenc.sinusoidal import compute_inv_freq
+from posenc.frequencies import compute_inv_freq
 
 
 def _llama_rotary(head_dim, base, rope_parameters=None, max_position_embeddings=4096):
@@ -268,8 +276,8 @@ def test_convert_rope_layout_keeps_the_logits(rotary_dim, device):
     options = {} if rotary_dim is None else {"rotary_dim": rotary_dim}
     model = TinyLM(ModelConfig(scheme="rope", d_model=32, num_heads=4, scheme_options=options)).to(device).eval()
     tokens = torch.randint(0, 256, (2, 24), device=device)
-    converted = posenc.rope.convert_rope_layout(model, "interleaved")
-    back = posenc.rope.convert_rope_layout(converted, "half")
+    converted = posenc.layers.surgery.convert_rope_layout(model, "interleaved")
+    back = posenc.layers.surgery.convert_rope_layout(converted, "half")
     with torch.no_grad():
         logits = model(tokens)
         torch.testing.assert_close(converted(tokens), logits, atol=1e-5, rtol=1e-5)
@@ -282,7 +290,7 @@ def test_convert_rope_layout_keeps_the_logits(rotary_dim, device):
 
 def test_convert_rope_layout_needs_rope():
     with pytest.raises(ValueError, match="'rope' scheme"):
-        posenc.rope.convert_rope_layout(TinyLM(ModelConfig(scheme="alibi")), "half")
+        posenc.layers.surgery.convert_rope_layout(TinyLM(ModelConfig(scheme="alibi")), "half")
 
 
 # ---- apply_rope_qk: the fast path for queries and keys --------------------------------------------
@@ -300,7 +308,7 @@ def _ulps(got, ref):
 @pytest.mark.parametrize("rotary_dim", [32, 24])
 @pytest.mark.parametrize("mode", ["new", "out", "inplace", "fused"])
 def test_apply_rope_qk_equals_apply_rope(device, layout, dtype, rotary_dim, mode):
-    from posenc.rope import apply_rope_qk
+    from posenc.experiments.kernels import apply_rope_qk
 
     g = torch.Generator().manual_seed(1)
     q = torch.randn(2, 4, 9, 32, generator=g).to(device, dtype)
@@ -333,7 +341,7 @@ def test_apply_rope_qk_equals_apply_rope(device, layout, dtype, rotary_dim, mode
 
 
 def test_apply_rope_qk_batched_positions_match_hf_llama():
-    from posenc.rope import apply_rope_qk
+    from posenc.experiments.kernels import apply_rope_qk
 
     g = torch.Generator().manual_seed(2)
     q, k = torch.randn(2, 4, 6, 16, generator=g), torch.randn(2, 4, 6, 16, generator=g)
@@ -347,7 +355,7 @@ def test_apply_rope_qk_batched_positions_match_hf_llama():
 
 
 def test_apply_rope_qk_errors():
-    from posenc.rope import apply_rope_qk
+    from posenc.experiments.kernels import apply_rope_qk
 
     q, k, pos = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8), torch.arange(5)
     with pytest.raises(TypeError, match="q must be a floating tensor"):
@@ -373,12 +381,12 @@ def test_apply_rope_qk_errors():
 @pytest.mark.parametrize("layout", ROPE_LAYOUTS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_apply_rope_qk_tiles_cover_every_position(monkeypatch, layout, dtype):
-    """The sequence is rotated tile by tile (posenc.rope.ROPE_TILE_BYTES): with tiles of 8
+    """The sequence is rotated tile by tile (posenc.experiments.kernels.ROPE_TILE_BYTES): with tiles of 8
     positions, 37 positions take five tiles, the last one short, in every mode."""
-    import posenc.rope
-    from posenc.rope import apply_rope_qk
+    import posenc.experiments.kernels
+    from posenc.experiments.kernels import apply_rope_qk
 
-    monkeypatch.setattr(posenc.rope, "ROPE_TILE_BYTES", 1)
+    monkeypatch.setattr(posenc.experiments.kernels, "ROPE_TILE_BYTES", 1)
     g = torch.Generator().manual_seed(3)
     q, k = (torch.randn(2, 3, 37, 16, generator=g).to(dtype) for _ in range(2))
     positions = torch.arange(37)[None, None] + torch.tensor([0, 100])[:, None, None]  # (B, 1, T)
@@ -396,7 +404,7 @@ def test_apply_rope_qk_tiles_cover_every_position(monkeypatch, layout, dtype):
 def test_apply_rope_qk_on_strided_inputs():
     """Queries and keys split from one projection are strided views (B, H, T, d_h) of a
     (B, T, 3, H, d_h) tensor; rotating them in place must write through to it."""
-    from posenc.rope import apply_rope_qk
+    from posenc.experiments.kernels import apply_rope_qk
 
     qkv = torch.randn(2, 11, 3, 4, 16, generator=torch.Generator().manual_seed(4))
     q, k, _ = qkv.permute(2, 0, 3, 1, 4)

@@ -21,7 +21,7 @@ from posenc.scaling import (
     yarn_attention_factor,
     yarn_ramp,
 )
-from posenc.sinusoidal import compute_inv_freq
+from posenc.frequencies import compute_inv_freq
 
 
 def hf_inv_freq(rope_type, head_dim, base, parameters, *, max_position_embeddings, seq_len=None):

@@ -1,7 +1,13 @@
 import pytest
 
 import posenc
-from posenc.schemes import HOOKS, PositionalScheme, build_scheme, get_scheme_class, register_scheme
+from posenc.schemes import (
+    HOOKS,
+    PositionalScheme,
+    build_scheme,
+    get_scheme_class,
+    register_scheme,
+)
 
 
 def test_foundation_schemes_are_registered():

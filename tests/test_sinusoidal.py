@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from posenc import symbolic
 from posenc.layout import pair_permutation
-from posenc.sinusoidal import compute_inv_freq, sinusoidal_encoding
+from posenc.frequencies import compute_inv_freq
+from posenc.sinusoidal import sinusoidal_encoding
 
 
 def numpy_reference(n_pos, dim, base=10000.0):

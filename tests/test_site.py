@@ -167,7 +167,7 @@ def test_page_reads_as_a_page(browser, base_url, page):
     require((HTML / f"{page}.html").exists(), f"no {page}.html in {HTML}: run `make book` first")
     measured = site_goals.measure_page(browser, f"{base_url}/{page}.html")
     assert site_goals.failures(measured) == [], page
-    # the check can fail: a page's figures carry posenc.plotting's text metadata
+    # the check can fail: a page's figures carry posenc.book.plotting's text metadata
     figures = [f for f in measured["figures"] if f["cell"]]
     assert all(f["text_px"] is not None for f in figures)
 

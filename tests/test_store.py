@@ -1,4 +1,4 @@
-"""The one store for stored results (posenc.store): folders, provenance, atomic writes,
+"""The one store for stored results (posenc.experiments.store): folders, provenance, atomic writes,
 resume and prune, the staleness message, the reproduction check and the command line
 that the three studies share."""
 
@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from posenc import store
+from posenc.experiments import store
 
 
 def test_results_dir_is_the_package_folder_and_checks_its_name():

@@ -4,13 +4,10 @@ their slots, and equals full attention as long as nothing is evicted."""
 import pytest
 import torch
 
-from posenc import streaming
-from posenc.attention import (
-    MultiHeadAttention,
-    StreamingLayerKVCache,
-    attention_reference,
-)
-from posenc.model import ModelConfig, TinyLM
+from posenc.layers import streaming
+from posenc.layers.attention import MultiHeadAttention, attention_reference
+from posenc.layers.kv_cache import StreamingLayerKVCache
+from posenc.layers.model import ModelConfig, TinyLM
 from posenc.schemes import build_scheme
 
 

@@ -1,8 +1,8 @@
-"""The length-generalization study (posenc.study): its probes, its two evaluation
+"""The length-generalization study (posenc.experiments.study): its probes, its two evaluation
 protocols against a naive loop, its statistics against scipy, its keys, resumability,
 and the stored results against the current grid (stale results fail here).
 
-The reproduction of stored values from scratch is `python -m posenc.study --check`
+The reproduction of stored values from scratch is `python -m posenc.experiments.study --check`
 (`make study-check`, part of `make test`): it trains for minutes, so it is no unit
 test."""
 
@@ -17,10 +17,11 @@ import torch
 import torch.nn.functional as F
 from scipy import stats
 
-import posenc.study as study
-import posenc.study_grid as study_grid
-from posenc import probes
-from posenc.model import ModelConfig, TinyLM
+import posenc.experiments.study as study
+import posenc.experiments.study_grid as study_grid
+from posenc.book.quotes import Quotes
+from posenc.experiments import probes
+from posenc.layers.model import ModelConfig, TinyLM
 from posenc.schemes import available_schemes
 
 
@@ -370,7 +371,7 @@ def test_quotes_put_paired_intervals_into_words():
             for m, v in by_m.items()]
     df = pd.DataFrame(rows, columns=["scheme", "seed", "kind", "train_length",
                                      "eval_length", "metric", "value"])
-    q = study.Quotes(df, train_length=64)
+    q = Quotes(df, train_length=64)
     d = q.change("a", 8)
     assert d["mean"] == pytest.approx(0.5) and d["n"] == 3
     assert (d["lower"], d["upper"]) == pytest.approx(study.mean_ci([0.5, 0.6, 0.4])[1:])
@@ -395,7 +396,7 @@ def test_quotes_change_is_guarded_where_no_interval_exists():
     """Quotes.change is paired_difference of the two lengths: with one seed the interval
     is NaN and the change is not resolved; where the two lengths share no seed (a scheme
     that cannot run at m·L) it raises instead of quoting a NaN mean."""
-    q = study.Quotes(_loss_frame([{1: 1.0, 2: 1.25, 8: 1.5}]), train_length=64)
+    q = Quotes(_loss_frame([{1: 1.0, 2: 1.25, 8: 1.5}]), train_length=64)
     d = q.change("a", 8)
     assert d["mean"] == pytest.approx(0.5) and d["n"] == 1
     assert math.isnan(d["lower"]) and math.isnan(d["upper"]) and d["resolved"] is False
@@ -409,7 +410,7 @@ def test_quotes_change_is_guarded_where_no_interval_exists():
 def test_quotes_change_keeps_the_stored_values():
     """On the stored study, the paired change is the seed-by-seed difference it always
     was (mean and Student-t interval of loss at m·L minus loss at L)."""
-    q = study.Quotes()
+    q = Quotes()
     compared = 0
     for scheme in q.lm["scheme"].unique():
         for m in (2, 4, 8):

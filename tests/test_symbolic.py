@@ -85,7 +85,7 @@ def test_rope_block_matrix_is_the_code_matrix():
     import torch
 
     from posenc.rope import rope_matrix
-    from posenc.sinusoidal import compute_inv_freq
+    from posenc.frequencies import compute_inv_freq
 
     thetas = sp.symbols("theta_0:3", positive=True)
     inv_freq = compute_inv_freq(6)
@@ -100,7 +100,7 @@ def test_ntk_base_is_the_code_base():
     import torch
 
     from posenc.scaling import rope_inv_freq
-    from posenc.sinusoidal import compute_inv_freq
+    from posenc.frequencies import compute_inv_freq
 
     b_new, (d, b, s) = S.ntk_base()
     for dim, base, factor in [(16, 10000.0, 4.0), (128, 500000.0, 8.0)]:

@@ -9,7 +9,8 @@ import torch
 
 from posenc import symbolic as S
 from posenc.alibi import alibi_bias, alibi_slopes
-from posenc.sinusoidal import compute_inv_freq, sinusoidal_encoding
+from posenc.frequencies import compute_inv_freq
+from posenc.sinusoidal import sinusoidal_encoding
 
 
 def test_dot_product_sum_is_a_sum_of_cosines_for_every_width():

@@ -3,9 +3,16 @@ import math
 import pytest
 import torch
 
-from posenc.data import Corpus
-from posenc.model import ModelConfig
-from posenc.train import REQUIRE_CACHED_ENV, TrainConfig, cache_key, evaluate, perplexity_by_length, train
+from posenc.layers.data import Corpus
+from posenc.layers.model import ModelConfig
+from posenc.layers.train import (
+    REQUIRE_CACHED_ENV,
+    TrainConfig,
+    cache_key,
+    evaluate,
+    perplexity_by_length,
+    train,
+)
 
 SMALL = ModelConfig(scheme="sinusoidal", d_model=16, num_heads=2, num_layers=1)
 QUICK = TrainConfig(seq_len=16, batch_size=4, steps=30, warmup_steps=5)
@@ -69,7 +76,7 @@ def test_bad_train_config():
 
 
 def test_loss_by_position_averages_token_losses(corpus):
-    from posenc.train import loss_by_position, token_losses
+    from posenc.layers.train import loss_by_position, token_losses
 
     model = train(SMALL, QUICK, corpus, device="cpu", use_cache=False, progress=False).model
     per_token = token_losses(model, corpus.val, 32, max_tokens=1024)
@@ -109,7 +116,7 @@ def test_fine_tune_starts_from_the_given_weights_and_has_its_own_key(corpus):
 
 
 def test_with_scheme_options_keeps_the_weights():
-    from posenc.model import TinyLM
+    from posenc.layers.model import TinyLM
 
     model = TinyLM(ModelConfig(scheme="rope", d_model=16, num_heads=2, num_layers=1))
     other = model.with_scheme_options(layout="interleaved", scaling={"rope_type": "ntk", "factor": 4.0})

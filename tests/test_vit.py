@@ -1,15 +1,15 @@
-"""The tiny ViT and its 2-D position schemes (posenc.vit)."""
+"""The tiny ViT and its 2-D position schemes (posenc.layers.vit)."""
 
 import json
 
 import pytest
 import torch
 
-from posenc import vit
+from posenc.layers import vit
 from posenc.sinusoidal import sinusoidal_encoding
-from posenc.store import StaleResultsError
-from posenc.train import TrainConfig
-from posenc.vit import (
+from posenc.experiments.store import StaleResultsError
+from posenc.layers.train import TrainConfig
+from posenc.layers.vit import (
     VIT_SCHEMES,
     TinyViT,
     ViTBlock,
@@ -316,7 +316,7 @@ def test_a_changed_configuration_makes_the_stored_study_stale(
     with pytest.raises(StaleResultsError, match=rf"{missing}.*make study"):
         vit.load_digits_results()
     assert vit.main(["--verify"]) == 1
-    assert "python -m posenc.vit" in capsys.readouterr().err
+    assert "python -m posenc.vit" in capsys.readouterr().err  # vit.py keeps its text until the ViT part lands
     assert len(vit.load_digits_records(strict=False)) == (12 if "16" in missing else 0)
 
 

@@ -13,10 +13,17 @@ import pytest
 import torch
 
 from posenc.layout import pair_permutation
-from posenc.pretrained import _UNREACHABLE
+from posenc.layers.pretrained import _UNREACHABLE
 from posenc.rope import apply_rope
-from posenc.sinusoidal import compute_inv_freq
-from posenc.xpos import apply_xpos, rotate_xpos, xpos_center, xpos_max_distance, xpos_scale, xpos_zeta
+from posenc.frequencies import compute_inv_freq
+from posenc.xpos import (
+    apply_xpos,
+    rotate_xpos,
+    xpos_center,
+    xpos_max_distance,
+    xpos_scale,
+    xpos_zeta,
+)
 
 TORCHSCALE = "torchscale==0.3.0"
 TORCHSCALE_FILE = "torchscale/component/xpos_relative_position.py"

@@ -1,7 +1,10 @@
 """posenc: positional encodings for transformers — derived, implemented, tested.
 
 The package behind the posenc book. Every scheme is registered by name; see
-:func:`available_schemes`.
+:func:`available_schemes`. The encodings live at the top (``from posenc import
+apply_rope, rope_inv_freq, build_scheme``); the layers they plug into in
+:mod:`posenc.layers`, the experiments in :mod:`posenc.experiments`, the book's tooling
+in :mod:`posenc.book`. Imports run one way: encodings ← layers ← experiments ← book.
 """
 
 from . import _versions
@@ -11,10 +14,12 @@ _versions.check()  # an older torch or numpy fails here, saying what to install
 # importing the scheme modules registers the schemes
 from . import (  # noqa: E402, F401
     alibi,
+    frequencies,
     layout,
     learned,
     relative,
     rope,
+    rope_nd,
     scaling,
     schemes,
     sinusoidal,
@@ -27,17 +32,46 @@ from .schemes import (  # noqa: E402
     register_scheme,
 )
 from ._versions import ensure_installed  # noqa: E402
+from .alibi import alibi_bias, alibi_slopes  # noqa: E402
+from .frequencies import DEFAULT_BASE, compute_inv_freq  # noqa: E402
+from .layout import pair_permutation  # noqa: E402
+from .rope import apply_rope, rope_matrix  # noqa: E402
+from .rope_nd import apply_mrope, apply_rope_2d, mrope_positions  # noqa: E402
+from .scaling import (  # noqa: E402
+    ROPE_INIT_FUNCTIONS,
+    check_scaling,
+    rope_inv_freq,
+    rope_inv_freq_from_config,
+)
+from .sinusoidal import sinusoidal_encoding  # noqa: E402
+from .xpos import apply_xpos  # noqa: E402
 from .utils import get_device, seed_everything  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_BASE",
     "PositionalScheme",
+    "ROPE_INIT_FUNCTIONS",
+    "alibi_bias",
+    "alibi_slopes",
+    "apply_mrope",
+    "apply_rope",
+    "apply_rope_2d",
+    "apply_xpos",
     "available_schemes",
     "build_scheme",
+    "check_scaling",
+    "compute_inv_freq",
     "ensure_installed",
     "get_device",
+    "mrope_positions",
+    "pair_permutation",
     "register_scheme",
+    "rope_inv_freq",
+    "rope_inv_freq_from_config",
+    "rope_matrix",
     "seed_everything",
+    "sinusoidal_encoding",
     "__version__",
 ]

@@ -5,7 +5,7 @@ torch 2.7: FlexAttention on the CPU (2.6; 2.5 on CUDA), scaled_dot_product_atten
 ``enable_gqa`` (2.5), and ``torch._dynamo.config.recompile_limit`` (2.7, used by the
 benchmarks). transformers 5 (``posenc[pretrained]``, the reference implementation of the
 tests and the loader of the real models) needs torch 2.6 itself and is checked by
-:mod:`posenc.pretrained` when a real model is loaded.
+:mod:`posenc.layers.pretrained` when a real model is loaded.
 """
 
 from __future__ import annotations

@@ -267,9 +267,9 @@ class ShawScheme(PositionalScheme):
         ``q · a^K / √d_h`` looked up at clip(n − m) + k; no T×T tensor is stored.
 
         The value term cannot be a ``score_mod`` (it changes the output, not the
-        scores), so :class:`~posenc.attention.MultiHeadAttention` still refuses
+        scores), so :class:`~posenc.layers.attention.MultiHeadAttention` still refuses
         ``impl="flex"`` for this scheme (``needs_attention_weights``); the mod serves
-        :func:`~posenc.attention.attention_flex` called directly.
+        :func:`~posenc.layers.attention.attention_flex` called directly.
 
         Args:
             q_positions: integer (T_q,) or (B, 1, T_q). k_positions: integer (T_k,)

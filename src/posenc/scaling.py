@@ -45,7 +45,7 @@ from numbers import Integral, Real
 import torch
 
 from ._checks import check_base, check_choice, check_even_dim, check_int
-from .sinusoidal import compute_inv_freq
+from .frequencies import compute_inv_freq
 
 def _positive(name: str, value: object) -> float:
     if (

@@ -1,7 +1,7 @@
 """The registry of positional schemes and the interface they implement.
 
 A positional scheme acts at one or more of four plug-in points of the one attention in
-:mod:`posenc.attention` (DESIGN.md, "Architecture"):
+:mod:`posenc.layers.attention` (DESIGN.md, "Architecture"):
 
 1. :meth:`PositionalScheme.embed` — add a position vector to the token embeddings
    (sinusoidal, learned);

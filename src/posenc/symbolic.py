@@ -648,7 +648,7 @@ def mrope_block_matrix(ids, thetas, sections) -> sp.Matrix:
     """M-RoPE's rotation of one token in the ``"half"`` layout: pair i (features (i, i +
     d/2)) turns by ``ids[a(i)]·θ_i``, a(i) the axis whose section holds pair i (the
     first ``sections[0]`` pairs temporal, the next ``sections[1]`` height, the last
-    ``sections[2]`` width; Qwen2-VL §2.1, :func:`posenc.rope.apply_mrope`)."""
+    ``sections[2]`` width; Qwen2-VL §2.1, :func:`posenc.rope_nd.apply_mrope`)."""
     axes = [axis for axis, size in enumerate(sections) for _ in range(size)]
     if len(axes) != len(thetas):
         raise ValueError(
@@ -747,7 +747,7 @@ def mrope_relative_score() -> MRopeRelativeScore:
     for sections (1, 1, 1): an instance of the split, but the argument carries to any
     split, since the score is a sum over pairs and each pair is the 2 × 2 RoFormer
     identity R(aθ)ᵀR(bθ) = R((b − a)θ) on its own axis's ids. The same proof covers
-    2-D axial RoPE (:func:`posenc.rope.apply_rope_2d`), which is M-RoPE without the
+    2-D axial RoPE (:func:`posenc.rope_nd.apply_rope_2d`), which is M-RoPE without the
     temporal axis.
 
     Source: Wang et al. 2024, Qwen2-VL, arXiv:2409.12191, §2.1; RoFormer Eq. 16.

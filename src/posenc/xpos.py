@@ -39,7 +39,7 @@ import torch
 from ._checks import check_base, check_choice, check_even_dim
 from .rope import ROPE_LAYOUTS, _check_positions, rotate_half, rotate_interleaved
 from .schemes import PositionalScheme, register_scheme
-from .sinusoidal import compute_inv_freq
+from .frequencies import compute_inv_freq
 
 XPOS_GAMMA = 0.4
 XPOS_SCALE_BASE = 512.0

@@ -1,6 +1,6 @@
 """Execute the book's chapters in parallel into Jupyter Book's execution cache.
 
-``python -m posenc.execute`` (run by ``make book`` and ``make test`` just before
+``python -m posenc.book.execute`` (run by ``make book`` and ``make test`` just before
 ``jupyter-book build``) executes every chapter of ``_toc.yml`` whose outputs are not
 in the cache that ``_config.yml`` names (``execute.cache``), one chapter per core at
 a time, longest first as far as earlier builds timed them, and stores each executed
@@ -17,7 +17,7 @@ a third time.
 
 Usage::
 
-    python -m posenc.execute [--workers N] [--list] [NOTEBOOK ...]
+    python -m posenc.book.execute [--workers N] [--list] [NOTEBOOK ...]
 
 With notebooks named, only those (of ``_toc.yml``) are executed: how a writer runs the
 pages they are editing without executing the others.
@@ -32,7 +32,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from .utils import usable_cpus
+from ..utils import usable_cpus
 
 ROOT = Path.cwd()
 
@@ -196,7 +196,7 @@ def execute(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m posenc.execute", description=__doc__.split("\n\n")[0]
+        prog="python -m posenc.book.execute", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument(
         "--workers", type=int, default=None, help="notebooks at once (default: cores)"

@@ -1,25 +1,26 @@
 """Train every model the book's chapters load, before the notebooks run.
 
-``python -m posenc.prepare`` (run first by ``make book`` and ``make test``) trains each
-run of :func:`posenc.experiments.book_runs` that is not yet in the cache, one process
-per run and as many processes as there are cores, each with a fixed number of torch
-threads, and shows one progress bar over the runs. Training thus never happens inside
-a notebook cell, where a cell timeout or a busy machine could decide whether the book
-builds; the chapters load the cached weights. Multi-seed experiments are not trained
-here: they are the study tier (DESIGN.md), stored in the repository and computed by
-``make study`` (:mod:`posenc.study`, :mod:`posenc.pretrained_study`, and the tiny-ViT
-digits runs of :mod:`posenc.vit`, which this step trained until it moved there).
+``python -m posenc.book.prepare`` (run first by ``make book`` and ``make test``) trains
+each run of :func:`posenc.experiments.book_runs` that is not yet in the cache, one
+process per run and as many processes as there are cores, each with a fixed number of
+torch threads, and shows one progress bar over the runs. Training thus never happens
+inside a notebook cell, where a cell timeout or a busy machine could decide whether the
+book builds; the chapters load the cached weights. Multi-seed experiments are not
+trained here: they are the study tier (DESIGN.md), stored in the repository and computed
+by ``make study`` (:mod:`posenc.experiments.study`,
+:mod:`posenc.experiments.pretrained_study`, and the tiny-ViT digits runs of
+:mod:`posenc.layers.vit`, which this step trained until it moved there).
 
 Why one thread per process: torch's intra-op threads (OpenMP) spin-wait on each other,
 and slow down many times over as soon as another program takes a core. Measured with
-``python -m posenc.prepare --compare-threads 400`` (two of the book's runs, 400 steps
-each, on the 2-core machine; wall seconds, idle / beside one busy process): 2 processes
-× 1 thread 28 / 34; 1 × 2 threads 30 / 92; 2 × 2 87 / 128; 1 × 1 41 / 42.
+``python -m posenc.book.prepare --compare-threads 400`` (two of the book's runs, 400
+steps each, on the 2-core machine; wall seconds, idle / beside one busy process): 2
+processes × 1 thread 28 / 34; 1 × 2 threads 30 / 92; 2 × 2 87 / 128; 1 × 1 41 / 42.
 
 Usage::
 
-    python -m posenc.prepare [--scale small|large] [--workers N] [--threads T] [--list]
-    python -m posenc.prepare --compare-threads STEPS
+    python -m posenc.book.prepare [--scale small|large] [--workers N] [--threads T]
+    [--list] python -m posenc.book.prepare --compare-threads STEPS
 """
 
 from __future__ import annotations
@@ -32,20 +33,21 @@ from dataclasses import replace
 
 import torch
 
-from . import store
-from .experiments import SCALES, BookRun, book_runs, experiment_config
-from .train import (
-    cache_dir,
-    cache_key,
-    load_shipped,
-    ship,
-    shipped_path,
-    tqdm,
+from ..experiments import store
+from ..experiments.runs import (
+    SCALES,
+    BookRun,
+    book_runs,
+    experiment_config,
+    missing_runs,
+    run_key,
 )
-from .store import worker_pool
-from .utils import usable_cpus
+from ..layers.train import cache_dir, load_shipped, ship, shipped_path, tqdm
+from ..experiments.store import worker_pool
+from ..utils import usable_cpus
 
-#: The runs ``python -m posenc.prepare --check`` retrains from scratch, and how close
+#: The runs ``python -m posenc.book.prepare --check`` retrains from scratch, and how
+#: close
 #: their losses must come back to the shipped weights': the mean training loss over the
 #: last :data:`CHECK_LAST` steps and the validation loss at the training length, in nats
 #: per byte. On one CPU, one torch thread and one torch build the runs are
@@ -55,37 +57,18 @@ CHECK_TOLERANCE = 0.02
 CHECK_LAST = 50
 
 
-def run_key(run: BookRun, corpus, scale: str) -> str:
-    """The cache key of the weights ``run`` produces (for a fine-tune, of the fine-tuned
-    weights)."""
-    (model_cfg, train_cfg), tuned = run.configs(scale)
-    key = cache_key(model_cfg, train_cfg, corpus)
-    return key if tuned is None else cache_key(*tuned, corpus, init_key=key)
-
-
-def missing_runs(runs: list[BookRun], corpus, scale: str) -> list[BookRun]:
-    """The runs whose weights are neither in :func:`posenc.train.cache_dir` nor among
-    the weights that ship with posenc."""
-    missing = []
-    for r in runs:
-        key = run_key(r, corpus, scale)
-        if not (cache_dir() / f"{key}.pt").exists() and not shipped_path(key).exists():
-            missing.append(r)
-    return missing
-
-
 def ship_all(scale: str = "small") -> list[str]:
-    """Write the shipped weights (:func:`posenc.train.ship`) of every book run from the
-    cache, with their provenance, and delete shipped files no book run uses.
+    """Write the shipped weights (:func:`posenc.layers.train.ship`) of every book run
+    from the cache, with their provenance, and delete shipped files no book run uses.
 
     Returns:
         The keys written.
 
     Raises:
-        FileNotFoundError: a run is not in the cache (run ``python -m posenc.prepare``
-            first).
+        FileNotFoundError: a run is not in the cache (run ``python -m
+            posenc.book.prepare`` first).
     """
-    from .data import load_stdlib_corpus, snapshot_provenance
+    from ..layers.data import load_stdlib_corpus, snapshot_provenance
 
     corpus = load_stdlib_corpus()
     provenance = {**store.provenance(), "corpus": [corpus.name, corpus.fingerprint]}
@@ -122,8 +105,8 @@ def check_shipped(sample=CHECK_SAMPLE, workers: int | None = None) -> list[str]:
 
 
 def _check_one(run: BookRun) -> tuple[str, bool]:
-    from .data import load_stdlib_corpus
-    from .train import evaluate, train
+    from ..layers.data import load_stdlib_corpus
+    from ..layers.train import evaluate, train
 
     corpus = load_stdlib_corpus()
     (model_cfg, train_cfg), _ = run.configs()
@@ -151,7 +134,7 @@ def _check_one(run: BookRun) -> tuple[str, bool]:
 
 
 def _train_one(run: BookRun, scale: str, device: str) -> tuple[str, float]:
-    from .data import load_stdlib_corpus
+    from ..layers.data import load_stdlib_corpus
 
     start = time.perf_counter()
     run.run(load_stdlib_corpus(), scale=scale, device=device, progress=False)
@@ -207,7 +190,7 @@ def prepare(
     Raises:
         ValueError: unknown scale; workers or threads < 1.
     """
-    from .data import load_stdlib_corpus
+    from ..layers.data import load_stdlib_corpus
 
     if scale not in SCALES:
         raise ValueError(
@@ -260,8 +243,8 @@ def prepare(
 
 
 def _time_steps(args: tuple[str, int, int]) -> float:
-    from .data import load_stdlib_corpus
-    from .train import train
+    from ..layers.data import load_stdlib_corpus
+    from ..layers.train import train
 
     scheme, steps, threads = args
     torch.set_num_threads(threads)
@@ -295,7 +278,7 @@ def compare_threads(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m posenc.prepare", description=__doc__.split("\n\n")[0]
+        prog="python -m posenc.book.prepare", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--scale", default="small", choices=sorted(SCALES))
     parser.add_argument(
@@ -346,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{workers} process(es) × {threads} thread(s): {secs:.1f} s")
         return 0
     if args.list:
-        from .data import load_stdlib_corpus
+        from ..layers.data import load_stdlib_corpus
 
         corpus = load_stdlib_corpus()
         missing = set(missing_runs(book_runs(args.scale), corpus, args.scale))

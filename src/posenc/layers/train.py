@@ -33,15 +33,15 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", TqdmWarning)
     from tqdm.auto import tqdm
 
-from ._checks import check_int
+from .._checks import check_int
 from .data import Corpus, eval_windows, get_batch, load_stdlib_corpus
 from .model import ModelConfig, TinyLM
-from .schemes import get_scheme_class
-from .utils import cpu_float64, get_device, seed_everything
+from ..schemes import get_scheme_class
+from ..utils import cpu_float64, get_device, seed_everything
 
 #: When this environment variable is "1", :func:`train` loads from the cache or raises:
 #: the book's build (the Makefile) sets it, so that a notebook cell never trains
-#: (``python -m posenc.prepare`` trains every run of
+#: (``python -m posenc.book.prepare`` trains every run of
 #: :func:`posenc.experiments.book_runs` first).
 REQUIRE_CACHED_ENV = "POSENC_REQUIRE_CACHED"
 
@@ -106,9 +106,10 @@ class TrainResult:
 #: Trained weights that ship inside the package: one safetensors file per run that a
 #: chapter loads at the small scale (:func:`posenc.experiments.book_runs`), named by its
 #: cache key and carrying its training losses and provenance as metadata. Written by
-#: ``python -m posenc.prepare --ship``; :func:`train` loads them when the run is not in
+#: ``python -m posenc.book.prepare --ship``; :func:`train` loads them when the run is
+#: not in
 #: :func:`cache_dir`, so that a fresh Colab runtime trains nothing.
-SHIPPED_DIR = Path(__file__).parent / "weights"
+SHIPPED_DIR = Path(__file__).parents[1] / "weights"
 
 
 def shipped_path(key: str) -> Path:
@@ -201,7 +202,7 @@ def train(
 
     Args:
         model_config, train_config: the full configuration (and the cache key).
-        corpus: training data; default :func:`posenc.data.load_stdlib_corpus`.
+        corpus: training data; default :func:`posenc.layers.data.load_stdlib_corpus`.
         device: default :func:`posenc.get_device`.
         use_cache: load from / save to :func:`cache_dir`.
         use_shipped: with ``use_cache``, load the weights that ship with posenc
@@ -239,8 +240,8 @@ def train(
                     f"{model_config.scheme_options}, seq_len {train_config.seq_len}) "
                     f"is not in {cache_dir()}: the "
                     "build trains every model before the notebooks run; add this run "
-                    "to "
-                    "posenc.experiments.book_runs() and run `python -m posenc.prepare`"
+                    "to posenc.experiments.book_runs() and run "
+                    "`python -m posenc.book.prepare`"
                 )
             if progress:
                 print(
@@ -374,8 +375,8 @@ def fit(
 
     Args:
         model: any module mapping the inputs x to logits (B, T, C) (a TinyLM; the
-            tiny ViT of :mod:`posenc.vit` returns (B, 1, classes)), left in train mode
-            while it runs.
+            tiny ViT of :mod:`posenc.layers.vit` returns (B, 1, classes)), left in train
+            mode while it runs.
         cfg: steps, learning rate and its schedule, weight decay, clipping.
         next_batch: ``next_batch() -> (x, y)``: inputs of any dtype and int64 (B, T)
             targets on the model's device; a target of −100 is not scored (a probe's
@@ -468,7 +469,8 @@ def token_losses(
     """Next-byte cross-entropy (nats) at every position of every evaluation window.
 
     The first ``max_tokens`` bytes of ``data`` are cut into non-overlapping windows of
-    length ``seq_len`` (:func:`posenc.data.eval_windows`) and scored in eval mode.
+    length ``seq_len`` (:func:`posenc.layers.data.eval_windows`) and scored in eval
+    mode.
 
     Args:
         model: a TinyLM. data: uint8 (N,) bytes. seq_len: window length T (may exceed

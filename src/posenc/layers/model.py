@@ -1,10 +1,10 @@
 """A tiny decoder-only language model whose positional scheme is chosen by name.
 
 Token embedding → scheme's embedding term (plug-in point 1) → ``num_layers`` pre-norm
-blocks (LayerNorm → :class:`~posenc.attention.MultiHeadAttention` → residual; LayerNorm
-→ GELU MLP → residual) → LayerNorm → linear head over the byte vocabulary. It is small
-enough to train in a minute on a laptop CPU and reads top to bottom in one sitting
-(after nanoGPT's ``model.py``).
+blocks (LayerNorm → :class:`~posenc.layers.attention.MultiHeadAttention` → residual;
+LayerNorm → GELU MLP → residual) → LayerNorm → linear head over the byte vocabulary. It
+is small enough to train in a minute on a laptop CPU and reads top to bottom in one
+sitting (after nanoGPT's ``model.py``).
 """
 
 from __future__ import annotations
@@ -15,18 +15,11 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
-from ._checks import check_choice, check_int
-from .attention import (
-    ATTENTION_IMPLS,
-    KVCache,
-    MultiHeadAttention,
-    StreamingKVCache,
-    check_impl,
-    check_query_temperature,
-    check_sink,
-    check_window,
-)
-from .schemes import build_scheme, get_scheme_class
+from .._checks import check_choice, check_int
+from .attention import ATTENTION_IMPLS, MultiHeadAttention, check_impl
+from .kv_cache import KVCache, StreamingKVCache
+from .masks import check_query_temperature, check_sink, check_window
+from ..schemes import build_scheme, get_scheme_class
 
 #: The keys a layer of :attr:`ModelConfig.layers` may hold.
 LAYER_KEYS = (
@@ -60,8 +53,8 @@ class ModelConfig:
             scheme gets ``{}``), ``window`` (sliding window) or ``chunk`` (chunked
             attention), ``query_temperature`` (Llama 4's NoPE temperature) and
             ``sink`` (a learned sink logit per head, gpt-oss); see
-            :class:`~posenc.attention.MultiHeadAttention`. A pattern's schemes act
-            inside attention; a scheme that adds to the embeddings (sinusoidal,
+            :class:`~posenc.layers.attention.MultiHeadAttention`. A pattern's schemes
+            act inside attention; a scheme that adds to the embeddings (sinusoidal,
             learned) acts once, before the first layer, and cannot be given per
             layer.
 
@@ -139,8 +132,8 @@ class ModelConfig:
         return out
 
     def _check_impl_serves(self, scheme, *, sink=False, where="") -> None:
-        """:func:`~posenc.attention.check_impl`'s rule for ``attn_impl``, the error
-        naming the layer and the scheme."""
+        """:func:`~posenc.layers.attention.check_impl`'s rule for ``attn_impl``, the
+        error naming the layer and the scheme."""
         try:
             check_impl(self.attn_impl, scheme, sink=sink)
         except ValueError as error:
@@ -263,15 +256,15 @@ class TinyLM(nn.Module):
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
 
     def new_cache(self) -> KVCache:
-        """An empty :class:`~posenc.attention.KVCache` for incremental decoding with
-        this model."""
+        """An empty :class:`~posenc.layers.kv_cache.KVCache` for incremental decoding
+        with this model."""
         return KVCache(self.config.num_layers)
 
     def new_streaming_cache(self, *, sink_tokens: int, window: int) -> StreamingKVCache:
-        """An empty :class:`~posenc.attention.StreamingKVCache` (StreamingLLM, Xiao et
-        al. 2024): the first ``sink_tokens`` tokens and the last ``window`` are kept,
-        and positions are slots in the cache. Feed it one token per step once it is
-        full.
+        """An empty :class:`~posenc.layers.kv_cache.StreamingKVCache` (StreamingLLM,
+        Xiao et al. 2024): the first ``sink_tokens`` tokens and the last ``window`` are
+        kept, and positions are slots in the cache. Feed it one token per step once it
+        is full.
 
         Raises:
             ValueError: the scheme adds to the embeddings (sinusoidal, learned): its

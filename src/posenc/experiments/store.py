@@ -44,12 +44,12 @@ from typing import Any, TypeVar
 
 import torch
 
-from .train import REQUIRE_CACHED_ENV
+from ..layers.train import REQUIRE_CACHED_ENV
 
 Run = TypeVar("Run")
 
 #: The folder of every stored study: package data, so an installed posenc carries it.
-RESULTS_ROOT = Path(__file__).parent / "results"
+RESULTS_ROOT = Path(__file__).parents[1] / "results"
 
 #: Missing runs a staleness message names before it says "...".
 NAMED_MISSING = 6
@@ -197,8 +197,8 @@ def stale_error(
         study: what the study is called after "the stored" (e.g. ``"study
             'length_generalization'"``). missing: the labels of the runs without a
             stored result (at most :data:`NAMED_MISSING` are named). total: runs in
-            the grid. command: what computes them (e.g. ``"python -m posenc.vit"``).
-            where: the folder, named in the message when given.
+            the grid. command: what computes them (e.g. ``"python -m
+            posenc.layers.vit"``). where: the folder, named in the message when given.
 
     Returns:
         A :class:`StaleResultsError` (to raise).

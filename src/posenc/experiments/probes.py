@@ -1,7 +1,7 @@
 """Synthetic probes of retrieval over a distance (copy, associative recall,
 passkey), what a model with no positional information scores on them (their floors,
 exact), and a model's accuracy on them: the probe part of the length-generalization
-study (:mod:`posenc.study`), explained in the chapter "The study's results".
+study (:mod:`posenc.experiments.study`), explained in the chapter "The study's results".
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from .model import TinyLM
+from ..layers.model import TinyLM
 
 #: The probes and what each tests (see :func:`probe_batch`).
 PROBES = {

@@ -1,11 +1,11 @@
 """The book's standard extrapolation experiment, shared by every chapter.
 
 Every chapter trains the tiny LM with *the same* configuration and only the scheme
-changes, so the trained weights are cached once (:mod:`posenc.train`) and chapters can
-be compared. The only knob is ``scale``: ``"small"`` runs in about half a minute per
-scheme on a 2-core CPU and its weights ship with posenc; ``"large"`` is meant for a GPU
-and is trained where it runs. It is an explicit opt-in, never switched on by the
-hardware alone: notebooks read it with :func:`book_scale`, from the environment
+changes, so the trained weights are cached once (:mod:`posenc.layers.train`) and
+chapters can be compared. The only knob is ``scale``: ``"small"`` runs in about half a
+minute per scheme on a 2-core CPU and its weights ship with posenc; ``"large"`` is meant
+for a GPU and is trained where it runs. It is an explicit opt-in, never switched on by
+the hardware alone: notebooks read it with :func:`book_scale`, from the environment
 variable ``POSENC_SCALE``::
 
     SCALE = posenc.experiments.book_scale()   # "small" unless POSENC_SCALE=large
@@ -17,11 +17,19 @@ import json
 import os
 from dataclasses import dataclass, replace
 
-from ._checks import check_int
-from .data import Corpus
-from .model import ModelConfig
-from .schemes import available_schemes
-from .train import TrainConfig, TrainResult, perplexity_by_length, train
+from .._checks import check_int
+from ..layers.data import Corpus
+from ..layers.model import ModelConfig
+from ..schemes import available_schemes
+from ..layers.train import (
+    TrainConfig,
+    TrainResult,
+    cache_dir,
+    cache_key,
+    perplexity_by_length,
+    shipped_path,
+    train,
+)
 
 SCALES = {
     "small": {
@@ -59,6 +67,26 @@ def book_scale() -> str:
     return scale
 
 
+def run_key(run: BookRun, corpus, scale: str) -> str:
+    """The cache key of the weights ``run`` produces (for a fine-tune, of the fine-tuned
+    weights)."""
+    (model_cfg, train_cfg), tuned = run.configs(scale)
+    key = cache_key(model_cfg, train_cfg, corpus)
+    return key if tuned is None else cache_key(*tuned, corpus, init_key=key)
+
+
+def missing_runs(runs: list[BookRun], corpus, scale: str) -> list[BookRun]:
+    """The runs whose weights are neither in :func:`posenc.layers.train.cache_dir` nor
+    among the weights that ship with posenc."""
+    missing = []
+    for r in runs:
+        key = run_key(r, corpus, scale)
+        if not (cache_dir() / f"{key}.pt").exists() and not shipped_path(key).exists():
+            missing.append(r)
+    return missing
+
+
+
 def training_plan(scale: str | None = None) -> str:
     """What the chapters will have to train at ``scale`` (default :func:`book_scale`),
     in one sentence a chapter prints before it loads a model: nothing at the small
@@ -68,8 +96,7 @@ def training_plan(scale: str | None = None) -> str:
     Raises:
         ValueError: an unknown scale.
     """
-    from .data import load_stdlib_corpus
-    from .prepare import missing_runs
+    from ..layers.data import load_stdlib_corpus
 
     scale = book_scale() if scale is None else scale
     if scale not in SCALES:
@@ -146,15 +173,15 @@ def extrapolation(
 ) -> dict[int, float]:
     """``{evaluation length: validation perplexity}`` at the given multiples of the
     training length, all scored on the same first :data:`EVAL_TOKENS` validation bytes
-    (:func:`posenc.train.perplexity_by_length`).
+    (:func:`posenc.layers.train.perplexity_by_length`).
 
     Lengths past a scheme's ``max_positions`` (the end of a learned table) cannot be
     processed at all and are left out of the result; :func:`perplexity_table` marks them
     "cannot run".
 
     ``model`` replaces ``result.model`` for the scoring (e.g. the same weights with a
-    RoPE scaling, :meth:`posenc.model.TinyLM.with_scheme_options`); the lengths stay
-    multiples of the training length of ``result``.
+    RoPE scaling, :meth:`posenc.layers.model.TinyLM.with_scheme_options`); the lengths
+    stay multiples of the training length of ``result``.
     """
     model = result.model if model is None else model
     train_len = result.train_config.seq_len
@@ -196,7 +223,8 @@ def fine_tune_config(
     result_or_config, *, seq_len: int, scale: str = "small", **scheme_options
 ) -> tuple[ModelConfig, TrainConfig]:
     """The model and training configuration of :func:`fine_tune`, from the base run (a
-    :class:`~posenc.train.TrainResult`, or its ``(ModelConfig, TrainConfig)`` pair).
+    :class:`~posenc.layers.train.TrainResult`, or its ``(ModelConfig, TrainConfig)``
+    pair).
 
     Raises:
         ValueError: unknown scale; seq_len not a positive int.
@@ -298,8 +326,9 @@ class BookRun:
     that run at ``fine_tune_multiple`` × the training length with ``fine_tune_options``.
 
     Options are stored as JSON text so that a run is hashable and picklable (it crosses
-    to the worker processes of :mod:`posenc.prepare`); so is ``layers``, a layer
-    pattern (:attr:`posenc.model.ModelConfig.layers`) or "" for a uniform model."""
+    to the worker processes of :mod:`posenc.book.prepare`); so is ``layers``, a layer
+    pattern (:attr:`posenc.layers.model.ModelConfig.layers`) or "" for a uniform
+    model."""
 
     scheme: str
     options: str = "{}"
@@ -372,7 +401,7 @@ class BookRun:
 
 def book_runs(scale: str = "small") -> list[BookRun]:
     """Every training run the chapters load, trained before the notebooks execute by
-    ``python -m posenc.prepare`` (``make book`` and ``make test`` run it first). A
+    ``python -m posenc.book.prepare`` (``make book`` and ``make test`` run it first). A
     notebook cell then only loads weights; under ``POSENC_REQUIRE_CACHED=1`` (set by the
     Makefile) a run missing from this list is an error instead of a silent training run
     inside a cell.

@@ -1,8 +1,8 @@
 """The study tier on a real model: SmolLM2-135M's loss by position on long texts.
 
 Three experiments over the start of a standard-library text
-(:data:`posenc.pretrained.TEXTS`), scored token by token (single forward passes with
-:func:`posenc.pretrained.token_losses`, except for streaming):
+(:data:`posenc.layers.pretrained.TEXTS`), scored token by token (single forward passes
+with :func:`posenc.layers.pretrained.token_losses`, except for streaming):
 
 * ``"context"``: T = 8192 (the trained length L) with the model's own RoPE, three
   consecutive chunks of each text: how the loss falls as the context grows;
@@ -17,10 +17,10 @@ Three experiments over the start of a standard-library text
 One 16K forward takes minutes on a 2-core CPU, too long for every build, so the results
 are stored, one JSON file per run, in ``src/posenc/results/smollm2/`` with their
 provenance (configuration and its hash, versions, machine, date, seconds, and a
-fingerprint of the tokens). ``python -m posenc.pretrained_study`` (part of ``make
-study``) computes what is missing; ``--verify`` fails when the stored files do not
-cover the current grid; ``--check`` also reruns the short runs of :data:`CHECKS` from
-scratch and requires their stored values back within :data:`TOLERANCE`.
+fingerprint of the tokens). ``python -m posenc.experiments.pretrained_study`` (part of
+``make study``) computes what is missing; ``--verify`` fails when the stored files do
+not cover the current grid; ``--check`` also reruns the short runs of :data:`CHECKS`
+from scratch and requires their stored values back within :data:`TOLERANCE`.
 """
 
 from __future__ import annotations
@@ -35,9 +35,10 @@ from pathlib import Path
 
 import torch
 
-from . import pretrained, store
-from .scaling import rope_inv_freq
-from .utils import cpu_float64
+from ..layers import pretrained
+from . import store
+from ..scaling import rope_inv_freq
+from ..utils import cpu_float64
 
 NAME = "smollm2"
 VERSION = 1
@@ -153,7 +154,7 @@ CHECKS = (
 def losses(model, ids: torch.Tensor, method: str) -> torch.Tensor:
     """Per-position losses (T − 1,) of one sequence with a scaling method (a key of
     :func:`methods`): frequencies from :func:`posenc.scaling.rope_inv_freq` for the
-    sequence's length, rotated by :func:`posenc.pretrained.swap_rope`."""
+    sequence's length, rotated by :func:`posenc.layers.pretrained.swap_rope`."""
     config = pretrained.rope_config(model)
     inv_freq, factor = rope_inv_freq(
         config["rotary_dim"], config["base"], methods()[method], seq_len=len(ids)
@@ -164,8 +165,8 @@ def losses(model, ids: torch.Tensor, method: str) -> torch.Tensor:
 
 def run_losses(model, ids: torch.Tensor, run: RealRun) -> torch.Tensor:
     """Per-position losses (T − 1,) of one run: :func:`losses` with its scaling, or
-    for the streaming experiment :func:`posenc.pretrained.streaming_token_losses` /
-    :func:`posenc.pretrained.window_recompute_token_losses` with its
+    for the streaming experiment :func:`posenc.layers.pretrained.streaming_token_losses`
+    / :func:`posenc.layers.pretrained.window_recompute_token_losses` with its
     :data:`STREAMING` settings and the model's own RoPE."""
     if run.experiment != "streaming":
         return losses(model, ids, run.method)
@@ -224,7 +225,7 @@ def execute(run: RealRun, model, tokenizer, cache: dict | None = None) -> dict:
 
 
 #: The command that computes the study, named by the staleness message.
-COMMAND = "python -m posenc.pretrained_study"
+COMMAND = "python -m posenc.experiments.pretrained_study"
 
 
 def _folder() -> Path:
@@ -265,7 +266,8 @@ def load_records(*, strict: bool = True) -> list[dict]:
     """The stored records of the current grid.
 
     Raises:
-        posenc.store.StaleResultsError: with ``strict``, when a run of the grid has no
+        posenc.experiments.store.StaleResultsError: with ``strict``, when a run of the
+        grid has no
             stored file (a changed configuration, method or model version); the
             message names the runs and the command.
     """
@@ -366,8 +368,8 @@ def reproduce(model=None, tokenizer=None, *, threads: int | None = None) -> list
     reported, not compared.
 
     Args:
-        model, tokenizer: SmolLM2 as :func:`posenc.pretrained.load` returns it (loaded
-            here when None).
+        model, tokenizer: SmolLM2 as :func:`posenc.layers.pretrained.load` returns it
+            (loaded here when None).
         threads: torch threads to use (default: leave torch's setting).
 
     Returns:
@@ -422,7 +424,8 @@ def _check(threads: int | None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m posenc.pretrained_study", description=__doc__.split("\n\n")[0]
+        prog="python -m posenc.experiments.pretrained_study",
+        description=__doc__.split("\n\n")[0],
     )
     store.add_arguments(parser, check="CHECKS")
     parser.add_argument("--threads", type=int, default=None)

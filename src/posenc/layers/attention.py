@@ -28,114 +28,23 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import ClassVar
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._checks import check_choice, check_int
-from .schemes import PositionalScheme
+from .._checks import check_choice, check_int
+from .kv_cache import LayerKVCache
+from .masks import (
+    attention_mask,
+    check_query_temperature,
+    check_sink,
+    check_sinks,
+    check_spans,
+    query_temperature_scale,
+)
+from ..schemes import PositionalScheme
 
 ATTENTION_IMPLS = ("auto", "reference", "sdpa", "flex")
-
-
-def causal_mask(
-    q_len: int, k_len: int, *, device: torch.device | str | None = None
-) -> torch.Tensor:
-    """Boolean mask ``(q_len, k_len)``, True where query i may attend to key j.
-
-    Aligned bottom-right: the queries are the last ``q_len`` of the ``k_len`` keys, so
-    query i sees keys ``j ≤ i + (k_len − q_len)`` (the usual rule with a KV cache; for
-    ``q_len == k_len`` it is the lower triangle).
-
-    Raises:
-        ValueError: if ``q_len > k_len`` or either is negative.
-    """
-    q_len = check_int("q_len", q_len, minimum=0)
-    k_len = check_int("k_len", k_len, minimum=0)
-    if q_len > k_len:
-        raise ValueError(
-            f"a causal mask needs q_len <= k_len, got q_len={q_len}, k_len={k_len}"
-        )
-    return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(k_len - q_len)
-
-
-def check_window(name: str, value: object) -> int | None:
-    """A sliding window or chunk size: None (no limit) or an integer ≥ 1.
-
-    Raises:
-        TypeError / ValueError: naming ``name``, the value and the rule.
-    """
-    return None if value is None else check_int(name, value, minimum=1)
-
-
-def check_spans(causal: bool, window: object, chunk: object) -> tuple:
-    """``(window, chunk)`` checked (:func:`check_window`), and only with causal
-    attention (both are defined for decoders here).
-
-    Raises:
-        TypeError / ValueError: a bad size; a window or chunk with ``causal=False``.
-    """
-    window, chunk = check_window("window", window), check_window("chunk", chunk)
-    if not causal and (window is not None or chunk is not None):
-        raise ValueError(
-            "a sliding window or chunk needs causal attention, got "
-            f"causal=False with window={window}, chunk={chunk}"
-        )
-    return window, chunk
-
-
-def attention_mask(
-    q_len: int,
-    k_len: int,
-    *,
-    causal: bool = True,
-    window: int | None = None,
-    chunk: int | None = None,
-    device: torch.device | str | None = None,
-) -> torch.Tensor:
-    """Boolean mask ``(q_len, k_len)``, True where query i may attend to key j, for
-    causal, sliding-window and chunked attention.
-
-    The queries are the last ``q_len`` of the ``k_len`` keys (bottom-right aligned, as
-    in :func:`causal_mask`): query i sits at index ``i′ = i + k_len − q_len``. Then
-
-    * causal: ``j ≤ i′``;
-    * ``window`` W (sliding-window attention, Beltagy et al. 2020; Gemma 3's local
-      layers): also ``i′ − j < W``, the query and the W − 1 keys before it;
-    * ``chunk`` C (Llama 4's chunked attention): also ``⌊i′/C⌋ = ⌊j/C⌋``, keys of
-      the query's own chunk of C indices.
-
-    The rules are transformers 5.23's ``sliding_window_overlay`` and
-    ``chunked_overlay`` (``masking_utils``), indices counted from the first key.
-
-    Raises:
-        ValueError: ``q_len > k_len``; window or chunk not None or ≥ 1; a window or
-        chunk without ``causal`` (both are defined for decoders here).
-    """
-    window, chunk = check_spans(causal, window, chunk)
-    if not causal:
-        q_len = check_int("q_len", q_len, minimum=0)
-        k_len = check_int("k_len", k_len, minimum=0)
-        return torch.ones(q_len, k_len, dtype=torch.bool, device=device)
-    allowed = causal_mask(q_len, k_len, device=device)
-    if window is None and chunk is None:
-        return allowed
-    query = torch.arange(k_len - q_len, k_len, device=device)[:, None]
-    key = torch.arange(k_len, device=device)[None, :]
-    if window is not None:
-        allowed = allowed & (query - key < window)
-    if chunk is not None:
-        allowed = allowed & (query // chunk == key // chunk)
-    return allowed
-
-
-def _check_sinks(sinks: torch.Tensor | None, num_heads: int) -> None:
-    if sinks is not None and (sinks.dim() != 1 or sinks.shape[0] != num_heads):
-        raise ValueError(
-            f"sinks must have shape (H,) = ({num_heads},), got {tuple(sinks.shape)}"
-        )
 
 
 def attention_reference(
@@ -174,7 +83,7 @@ def attention_reference(
     Raises:
         ValueError: sinks not of shape (H,); as :func:`attention_mask`.
     """
-    _check_sinks(sinks, q.shape[-3])
+    check_sinks(sinks, q.shape[-3])
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     scores = (q @ k.transpose(-2, -1)).float() * scale
     if bias is not None:
@@ -221,7 +130,7 @@ def attention_sdpa(
 
     Args / Returns / Raises: as :func:`attention_reference`, without the weights.
     """
-    _check_sinks(sinks, q.shape[-3])
+    check_sinks(sinks, q.shape[-3])
     q_len, k_len = q.shape[-2], k.shape[-2]
     plain = window is None and chunk is None and sinks is None
     if bias is None and plain:
@@ -362,234 +271,6 @@ def _check_bias(bias: torch.Tensor, scores_shape: torch.Size, scheme: str) -> No
             f"which does not broadcast to the scores (B, H, T_q, T_k) = "
             f"{tuple(scores_shape)}"
         )
-
-
-class LayerKVCache:
-    """The keys and values that one attention layer has seen, with their positions.
-
-    Keys are stored *after* the scheme's query/key transform (rotated, for RoPE), so a
-    decoding step transforms only its own new keys. Grows by concatenation; for teaching
-    and tests, not for serving (no preallocation, no paging).
-    """
-
-    #: How the cache holds positions, read by :class:`MultiHeadAttention`: False here
-    #: (keys are stored transformed, at their own positions); True for a cache that
-    #: gives every kept key a new position at each step
-    #: (:class:`StreamingLayerKVCache`), whose keys are stored untransformed.
-    reassigns_positions: ClassVar[bool] = False
-
-    def __init__(self) -> None:
-        self.k: torch.Tensor | None = None
-        self.v: torch.Tensor | None = None
-        self.positions: torch.Tensor | None = None
-
-    def __len__(self) -> int:
-        return 0 if self.k is None else self.k.shape[-2]
-
-    def append(self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor):
-        """Add new keys/values (B, H, T_new, d_h) at ``positions`` ((T_new,) or (B, 1,
-        T_new)) and return all of them: ``(k, v, positions)`` with T_k = cached +
-        new."""
-        if self.k is None:
-            self.k, self.v, self.positions = k, v, positions
-        else:
-            if self.positions.dim() != positions.dim():
-                raise ValueError(
-                    "positions of a cached step must keep their shape kind: cached "
-                    f"{tuple(self.positions.shape)}, "
-                    f"new {tuple(positions.shape)}"
-                )
-            self.k = torch.cat((self.k, k), dim=-2)
-            self.v = torch.cat((self.v, v), dim=-2)
-            self.positions = torch.cat((self.positions, positions), dim=-1)
-        return self.k, self.v, self.positions
-
-
-class KVCache:
-    """One :class:`LayerKVCache` per layer of a model, for incremental decoding.
-
-    ``len(cache)`` is the number of tokens seen; :meth:`next_positions` gives the
-    default positions of the next ``T`` tokens, ``len(cache) … len(cache) + T − 1``:
-    positions are explicit offsets.
-    """
-
-    def __init__(self, num_layers: int) -> None:
-        self.layers = [
-            LayerKVCache()
-            for _ in range(check_int("num_layers", num_layers, minimum=1))
-        ]
-
-    def __len__(self) -> int:
-        return len(self.layers[0])
-
-    def next_positions(
-        self, seq_len: int, *, device: torch.device | str | None = None
-    ) -> torch.Tensor:
-        start = len(self)
-        return torch.arange(start, start + seq_len, device=device)
-
-
-class StreamingLayerKVCache(LayerKVCache):
-    """One layer's cache for StreamingLLM (Xiao et al. 2024, "Efficient Streaming
-    Language Models with Attention Sinks", §3.2): it keeps the first ``sink_tokens``
-    keys (the attention sinks) and the last ``window`` keys, at most
-    ``sink_tokens + window`` in all, and evicts the ones between.
-
-    Positions are *slots in the cache*, not positions in the text: the keys are stored
-    **before** the scheme's transform, and every step transforms all of them again at
-    their current slots ``0 … len − 1`` (for RoPE: the cached keys are re-rotated), as
-    StreamingLLM does, so that no distance ever exceeds the cache's size. A scheme that
-    acts on the embeddings (sinusoidal, learned) cannot be re-positioned this way.
-    """
-
-    reassigns_positions = True
-
-    def __init__(self, sink_tokens: int, window: int) -> None:
-        super().__init__()
-        self.sink_tokens = check_int("sink_tokens", sink_tokens, minimum=0)
-        self.window = check_int("window", window, minimum=1)
-        self.seen = 0
-
-    @property
-    def capacity(self) -> int:
-        return self.sink_tokens + self.window
-
-    def next_slots(self, seq_len: int) -> range:
-        """The slots the next ``seq_len`` tokens will take (see :meth:`append`)."""
-        stored = len(self)
-        if stored + seq_len <= self.capacity:
-            return range(stored, stored + seq_len)
-        if seq_len != 1:
-            raise ValueError(
-                f"a full streaming cache ({stored} of {self.capacity} slots) takes one "
-                f"token per step, got {seq_len}"
-            )
-        return range(self.capacity - 1, self.capacity)
-
-    def append(self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor):
-        """Add untransformed keys and values (B, H, T_new, d_h); evict past the
-        capacity; return ``(k, v, slots)`` with slots ``0 … T_k − 1``.
-
-        Raises:
-            ValueError: ``positions`` not (T_new,) or not the slots of
-            :meth:`next_slots` (absolute positions would be silently wrong here).
-        """
-        slots = self.next_slots(k.shape[-2])
-        expected = torch.arange(slots.start, slots.stop, device=positions.device)
-        if positions.dim() != 1 or not torch.equal(
-            positions.to(expected.dtype), expected
-        ):
-            raise ValueError(
-                "a streaming cache positions tokens by their slot: expected positions "
-                f"{expected.tolist()}, got {positions.tolist()}"
-            )
-        self.seen += k.shape[-2]
-        if self.k is None:
-            self.k, self.v = k, v
-        else:
-            self.k = torch.cat((self.k, k), dim=-2)
-            self.v = torch.cat((self.v, v), dim=-2)
-        if len(self) > self.capacity:
-            keep = torch.cat(
-                (
-                    torch.arange(self.sink_tokens),
-                    torch.arange(len(self) - self.window, len(self)),
-                )
-            ).to(self.k.device)
-            self.k = self.k.index_select(-2, keep)
-            self.v = self.v.index_select(-2, keep)
-        self.positions = torch.arange(len(self), device=k.device)
-        return self.k, self.v, self.positions
-
-
-class StreamingKVCache(KVCache):
-    """A :class:`StreamingLayerKVCache` per layer: ``len(cache)`` counts the tokens
-    seen, :meth:`next_positions` gives the slots of the next tokens (for the model's
-    embedding and the queries).
-
-    Args:
-        num_layers: N. sink_tokens: S first tokens kept for good (StreamingLLM uses
-            4; 0 gives plain window attention with re-positioned keys). window: W
-            most recent tokens kept, the new one included.
-    """
-
-    def __init__(self, num_layers: int, *, sink_tokens: int, window: int) -> None:
-        num_layers = check_int("num_layers", num_layers, minimum=1)
-        self.layers = [
-            StreamingLayerKVCache(sink_tokens, window) for _ in range(num_layers)
-        ]
-
-    def __len__(self) -> int:
-        return self.layers[0].seen
-
-    def next_positions(
-        self, seq_len: int, *, device: torch.device | str | None = None
-    ) -> torch.Tensor:
-        slots = self.layers[0].next_slots(seq_len)
-        return torch.arange(slots.start, slots.stop, device=device)
-
-
-def query_temperature_scale(
-    positions: torch.Tensor, *, floor_scale: float, attn_scale: float
-) -> torch.Tensor:
-    """Llama 4's attention temperature for its NoPE layers: queries are multiplied by
-
-        τ(p) = 1 + attn_scale · log(1 + ⌊(p + 1) / floor_scale⌋),
-
-    which is 1 for p < floor_scale − 1 and grows like log p after, so that the scores of
-    a layer without positions stay sharp when the context grows (transformers 5.23,
-    ``Llama4TextAttention.forward``; Llama 4 uses floor_scale 8192, attn_scale 0.1).
-
-    Args:
-        positions: integer or float positions, any shape. floor_scale: > 0.
-        attn_scale: ≥ 0.
-
-    Returns:
-        float32 τ of the positions' shape.
-    """
-    return (
-        torch.log1p(torch.floor((positions.float() + 1.0) / floor_scale)) * attn_scale
-        + 1.0
-    )
-
-
-def check_query_temperature(value: object) -> dict | None:
-    """None, or a dict with exactly ``floor_scale`` (> 0) and ``attn_scale`` (≥ 0).
-
-    Raises:
-        TypeError / ValueError: naming the value and the rule.
-    """
-    if value is None:
-        return None
-    if not isinstance(value, dict) or set(value) != {"floor_scale", "attn_scale"}:
-        raise ValueError(
-            "query_temperature must be None or a dict with the keys 'floor_scale' and "
-            f"'attn_scale', got {value!r}"
-        )
-    floor_scale, attn_scale = value["floor_scale"], value["attn_scale"]
-    for name, v in (("floor_scale", floor_scale), ("attn_scale", attn_scale)):
-        real = isinstance(v, (int, float)) and not isinstance(v, bool)
-        if not real or not math.isfinite(v):
-            raise TypeError(
-                f"query_temperature[{name!r}] must be a finite real number, got {v!r}"
-            )
-    if floor_scale <= 0 or attn_scale < 0:
-        raise ValueError(
-            "query_temperature needs floor_scale > 0 and attn_scale >= 0, got "
-            f"floor_scale={floor_scale}, attn_scale={attn_scale}"
-        )
-    return {"floor_scale": float(floor_scale), "attn_scale": float(attn_scale)}
-
-
-def check_sink(name: str, value: object) -> bool:
-    """A layer's ``sink`` flag: a bool.
-
-    Raises:
-        TypeError: naming ``name`` and the value.
-    """
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {value!r}")
-    return value
 
 
 def check_impl(

@@ -7,25 +7,28 @@ at 1×, 2×, 4× and 8× L by two protocols and by three synthetic probes. Each 
 is a small JSON file in the repository (``src/posenc/results/<study>/``), keyed by a
 hash of its configuration and stored with its provenance, so that
 
-* ``python -m posenc.study`` (``make study``) runs what is missing and resumes where an
-  interrupted study stopped; a changed scheme changes its keys, so only its own runs
-  rerun;
+* ``python -m posenc.experiments.study`` (``make study``) runs what is missing and
+  resumes where an interrupted study stopped; a changed scheme changes its keys, so
+  only its own runs rerun;
 * :func:`load_results` returns a pandas DataFrame of the whole grid and raises when the
   stored files do not cover it (stale);
-* ``python -m posenc.study --check`` (in ``make test``) reruns a stated sample and
-  requires the stored values back within :data:`REPRODUCE_TOLERANCE`.
+* ``python -m posenc.experiments.study --check`` (in ``make test``) reruns a stated
+  sample and requires the stored values back within :data:`REPRODUCE_TOLERANCE`.
 
-The study's parts each have a module: the grid (:mod:`posenc.study_grid`), the probes
-(:mod:`posenc.probes`), the language-modelling evaluation
-(:mod:`posenc.lm_evaluation`), the statistics (:mod:`posenc.stats`) and the prose
-quotes (:mod:`posenc.quotes`); the stored-results protocol is :mod:`posenc.store`'s.
-This module runs one cell, the grid and the check; it also re-exports the parts' names
-(``from posenc.study import PRESETS, Quotes, mean_ci, ...``).
+The study's parts each have a module: the grid (:mod:`posenc.experiments.study_grid`),
+the probes (:mod:`posenc.experiments.probes`), the language-modelling evaluation
+(:mod:`posenc.experiments.lm_evaluation`), the statistics
+(:mod:`posenc.experiments.stats`) and the prose quotes (:mod:`posenc.book.quotes`); the
+stored-results protocol is :mod:`posenc.experiments.store`'s. This module runs one cell,
+the grid and the check; it also re-exports the parts' names (``from
+posenc.experiments.study import PRESETS, mean_ci, ...``); the prose quotes are
+:class:`posenc.book.quotes.Quotes`.
 
 The design, the protocols and the statistics are explained in the chapter "Length
 generalization: a controlled study". Usage::
 
-    python -m posenc.study [--preset cpu|gpu] [--workers N] [--list] [--check]
+    python -m posenc.experiments.study [--preset cpu|gpu] [--workers N] [--list]
+    python -m posenc.experiments.study --check [--preset cpu|gpu]
 
 The preset is ``cpu`` unless named: the book reads the cpu study on every machine.
 """
@@ -43,9 +46,9 @@ from pathlib import Path
 import torch
 
 from . import store
-from .data import Corpus
+from ..layers.data import Corpus
 from .lm_evaluation import window_losses
-from .model import TinyLM
+from ..layers.model import TinyLM
 from .probes import (
     COPY_SEGMENT,
     PASSKEY_LENGTH,
@@ -60,7 +63,6 @@ from .probes import (
     probe_learned,
     recall_floor,
 )
-from .quotes import Quotes
 from .stats import mean_ci, paired_difference, quote, results_table, summarize
 from .store import StaleResultsError, results_dir
 from .study_grid import (
@@ -79,8 +81,8 @@ from .study_grid import (
     study_corpus,
     sweep_runs,
 )
-from .train import fit, scheme_arguments, tqdm, train
-from .utils import get_device, seed_everything, usable_cpus
+from ..layers.train import fit, scheme_arguments, tqdm, train
+from ..utils import get_device, seed_everything, usable_cpus
 
 __all__ = [
     "COPY_SEGMENT",
@@ -97,7 +99,6 @@ __all__ = [
     "STUDY_LAYER_PRESETS",
     "STUDY_VERSION",
     "CorpusIdentity",
-    "Quotes",
     "StaleResultsError",
     "StudyRun",
     "best_learning_rates",
@@ -131,7 +132,7 @@ __all__ = [
 ]
 
 #: The study's command, named by the staleness messages.
-COMMAND = "python -m posenc.study"
+COMMAND = "python -m posenc.experiments.study"
 
 #: Stored and recomputed values must agree this closely: nats per byte for losses,
 #: proportion for a probe's accuracy over all its sequences. On one CPU and one torch
@@ -161,8 +162,9 @@ def _curve(losses: list[float], every: int = 10) -> list[float]:
 def execute(run: StudyRun, corpus: Corpus | None = None, *, device=None) -> dict:
     """Train and score one cell of the grid; the record :func:`run_study` stores.
 
-    Language-modelling runs go through :func:`posenc.train.train` (their weights are
-    cached like the book's); probe runs train on :func:`probe_batch` and are not cached.
+    Language-modelling runs go through :func:`posenc.layers.train.train` (their weights
+    are cached like the book's); probe runs train on :func:`probe_batch` and are not
+    cached.
     """
     corpus = corpus if corpus is not None else study_corpus()
     device = torch.device(device) if device is not None else get_device()
@@ -479,7 +481,8 @@ def reproduce(
 
     Returns:
         One dict per compared value: kind, label, task, metric, eval_length, stored,
-        recomputed, difference, tolerance, ok (:func:`posenc.store.compare`).
+        recomputed, difference, tolerance, ok
+        (:func:`posenc.experiments.store.compare`).
 
     Raises:
         StaleResultsError: the stored results do not cover the grid, or were computed
@@ -523,7 +526,7 @@ def _private_weight_cache() -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m posenc.study", description=__doc__.split("\n\n")[0]
+        prog="python -m posenc.experiments.study", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--name", default="length_generalization")
     parser.add_argument(
@@ -574,8 +577,8 @@ def _check(name: str, device: str, threads: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m posenc.study``: compute the stored study's missing cells, or
-    ``--list``, ``--verify`` or ``--check`` it (:mod:`posenc.store`)."""
+    """``python -m posenc.experiments.study``: compute the stored study's missing cells,
+    or ``--list``, ``--verify`` or ``--check`` it (:mod:`posenc.experiments.store`)."""
     args = _parser().parse_args(argv)
     preset = args.preset
     device = "cuda" if preset == "gpu" and torch.cuda.is_available() else "cpu"

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from ._checks import check_int
+from .._checks import check_int
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ EXCLUDED_FOLDERS = frozenset(
 
 #: The snapshot of CPython's standard library that posenc ships (see the module's
 #: docstring), and the Python it was taken from.
-SNAPSHOT = Path(__file__).parent / "texts" / "cpython-3.11.7-stdlib.tar.xz"
+SNAPSHOT = Path(__file__).parents[1] / "texts" / "cpython-3.11.7-stdlib.tar.xz"
 SNAPSHOT_PYTHON = "3.11.7"
 SOURCES = ("snapshot", "running")
 
@@ -150,7 +150,8 @@ def _snapshot() -> dict[str, bytes]:
     if not SNAPSHOT.exists():
         raise FileNotFoundError(
             f"the standard-library snapshot {SNAPSHOT} is missing: reinstall "
-            "posenc, or run `python -m posenc.data --snapshot` with CPython 3.11.7"
+            "posenc, or run `python -m posenc.layers.data --snapshot` with CPython "
+            "3.11.7"
         )
     with tarfile.open(SNAPSHOT, "r:xz") as archive:
         members = [m for m in archive.getmembers() if m.isfile()]
@@ -262,7 +263,7 @@ def write_stdlib_snapshot(path: Path = SNAPSHOT) -> Path:
         "bytes": sum(len(d) for _, d in files),
         "sha256": digest.hexdigest(),
         "source": "the .py files of the standard library, without test suites "
-        "(posenc.data.EXCLUDED_FOLDERS), as installed",
+        "(posenc.layers.data.EXCLUDED_FOLDERS), as installed",
         "licence": "Python Software Foundation License (LICENSE.txt)",
         "date": datetime.date.today().isoformat(),
     }
@@ -382,11 +383,12 @@ def eval_windows(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m posenc.data --snapshot``: write :data:`SNAPSHOT` from this Python."""
+    """``python -m posenc.layers.data --snapshot``: write :data:`SNAPSHOT` from this
+    Python."""
     import argparse
     import platform
 
-    parser = argparse.ArgumentParser(prog="python -m posenc.data")
+    parser = argparse.ArgumentParser(prog="python -m posenc.layers.data")
     parser.add_argument("--snapshot", action="store_true", help="write the snapshot")
     args = parser.parse_args(argv)
     if not args.snapshot:

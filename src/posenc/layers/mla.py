@@ -39,10 +39,11 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from ._checks import check_choice, check_even_dim, check_int
-from .attention import attention_reference, causal_mask
-from .rope import ROPE_LAYOUTS, apply_rope
-from .scaling import rope_inv_freq
+from .._checks import check_choice, check_even_dim, check_int
+from .attention import attention_reference
+from .masks import causal_mask
+from ..rope import ROPE_LAYOUTS, apply_rope
+from ..scaling import rope_inv_freq
 
 KV_CACHE_KINDS = ("mha", "gqa", "mqa", "mla")
 
@@ -269,8 +270,8 @@ class MLAttention(nn.Module):
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Causal MLA over a whole sequence, the naive way: up-project every token's
         latent to per-head keys and values, append the shared rotary key to every
-        head, and attend with :func:`posenc.attention.attention_reference` (scores
-        and softmax in float32).
+        head, and attend with :func:`posenc.layers.attention.attention_reference`
+        (scores and softmax in float32).
 
         Args:
             x: (B, T, d_model) float.

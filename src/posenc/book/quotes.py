@@ -3,8 +3,8 @@ study's intervals into sentences (every number computed from the stored results)
 
 from __future__ import annotations
 
-from .stats import paired_difference
-from .study_grid import PRESETS
+from ..experiments.stats import paired_difference
+from ..experiments.study_grid import PRESETS
 
 
 class Quotes:
@@ -12,14 +12,16 @@ class Quotes:
     how the chapters put the study's intervals into sentences (every number computed).
 
     Args:
-        df: :func:`posenc.study.load_results` (default: loaded, with ``strict``).
+        df: :func:`posenc.experiments.study.load_results` (default: loaded, with
+            ``strict``).
         train_length: which L (default: the cpu preset's).
-        strict: passed to :func:`posenc.study.load_results` when ``df`` is not given.
+        strict: passed to :func:`posenc.experiments.study.load_results` when ``df`` is
+        not given.
     """
 
     def __init__(self, df=None, *, train_length: int | None = None, strict=True):
         if df is None:
-            from .study import load_results
+            from ..experiments.study import load_results
 
             df = load_results(strict=strict)
         self.train_length = train_length or PRESETS["cpu"]["train"]["seq_len"]
@@ -38,9 +40,9 @@ class Quotes:
 
     def change(self, scheme, multiple, base=1, metric="loss_sliding") -> dict:
         """Loss at multiple·L minus loss at base·L, seed by seed
-        (:func:`posenc.stats.paired_difference` of the two lengths' rows): ``{"mean",
-        "lower", "upper", "n", "resolved"}``; with one seed the interval is NaN and
-        the change not resolved.
+        (:func:`posenc.experiments.stats.paired_difference` of the two lengths' rows):
+        ``{"mean", "lower", "upper", "n", "resolved"}``; with one seed the interval is
+        NaN and the change not resolved.
 
         Raises:
             ValueError: ``multiple`` equals ``base``, or the two lengths share no seed

@@ -1,6 +1,7 @@
 """The statistics of a multi-seed study: the mean over seeds with its Student-t
 confidence interval, paired differences seed by seed, and the quotes and tables the
-chapters print from them (over :func:`posenc.study.load_results`' DataFrame).
+chapters print from them (over :func:`posenc.experiments.study.load_results`'
+DataFrame).
 """
 
 from __future__ import annotations

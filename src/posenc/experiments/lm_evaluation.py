@@ -1,6 +1,6 @@
 """Language-modelling evaluation of the length-generalization study
-(:mod:`posenc.study`): validation documents scored block by block at several window
-lengths, by the sliding-window and the matched protocol.
+(:mod:`posenc.experiments.study`): validation documents scored block by block at several
+window lengths, by the sliding-window and the matched protocol.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections import defaultdict
 import torch
 import torch.nn.functional as F
 
-from .model import TinyLM
+from ..layers.model import TinyLM
 from .study_grid import MULTIPLES
 
 @torch.no_grad()

@@ -68,14 +68,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import store
-from ._checks import check_base, check_choice, check_int
+from ..experiments import store
+from .._checks import check_base, check_choice, check_int
 from .attention import attention_reference, attention_sdpa
-from .rope import apply_rope_2d, check_axis_positions
-from .sinusoidal import SINUSOIDAL_LAYOUTS, sinusoidal_encoding
-from .store import results_dir
+from ..rope_nd import apply_rope_2d, check_axis_positions
+from ..sinusoidal import SINUSOIDAL_LAYOUTS, sinusoidal_encoding
+from ..experiments.store import results_dir
 from .train import REQUIRE_CACHED_ENV, TrainConfig, cache_dir, fit, tqdm
-from .utils import get_device, seed_everything, usable_cpus
+from ..utils import get_device, seed_everything, usable_cpus
 
 #: The position schemes of the tiny ViT, by name.
 VIT_SCHEMES = ("none", "learned", "sinusoidal_2d", "rope_2d")
@@ -975,7 +975,7 @@ def results_table(rows: list[dict], confidence: float = 0.95) -> str:
     """A text table: one line per scheme, one column per resolution, each cell the
     mean accuracy (%) over seeds and its Student-t interval
     (:func:`posenc.stats.mean_ci`); "—" where a scheme has no such evaluation."""
-    from .stats import mean_ci
+    from ..experiments.stats import mean_ci
 
     schemes = list(dict.fromkeys(r["scheme"] for r in rows))
     names = [name for name, _, _ in RESOLUTIONS]

