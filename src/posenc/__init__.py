@@ -17,6 +17,7 @@ from . import (  # noqa: E402, F401
     rope,
     scaling,
     schemes,
+    schemes_2d,
     sinusoidal,
     xpos,
 )
