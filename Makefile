@@ -77,7 +77,7 @@ test: pytest prepare study-check notebooks clean-env-tests strict-book slides si
 
 # The study tier (DESIGN.md): the multi-seed length-generalization study (posenc.study), the
 # real model's long-context runs (posenc.pretrained_study) and the tiny ViT's digits runs
-# (posenc.vit), too long for every build (about 2.5 h, 50 min and 5 min on 2 cores), stored in
+# (posenc.vit_study), too long for every build (about 2.5 h, 50 min and 5 min on 2 cores), stored in
 # src/posenc/results/ with their provenance.
 # `make study` computes what is missing (resumable, one file per run); the book build fails when
 # the stored results do not cover the current grid (study-verify), and `make test` also reruns a
@@ -86,18 +86,18 @@ test: pytest prepare study-check notebooks clean-env-tests strict-book slides si
 study: $(STAMP)
 	$(BIN)/python -m posenc.study --preset cpu
 	$(BIN)/python -m posenc.pretrained_study
-	$(BIN)/python -m posenc.vit
+	$(BIN)/python -m posenc.vit_study
 
 study-verify: $(STAMP)
 	$(BIN)/python -m posenc.study --verify --preset cpu
 	$(BIN)/python -m posenc.pretrained_study --verify
-	$(BIN)/python -m posenc.vit --verify
+	$(BIN)/python -m posenc.vit_study --verify
 
 # ... and the shipped weights: rope and alibi retrained from scratch (posenc.prepare --check)
 study-check: $(STAMP)
 	$(BIN)/python -m posenc.study --check --preset cpu
 	$(BIN)/python -m posenc.pretrained_study --check
-	$(BIN)/python -m posenc.vit --check
+	$(BIN)/python -m posenc.vit_study --check
 	$(BIN)/python -m posenc.prepare --check
 
 # The benchmarks of the chapter "The cost of positions" (python -m posenc.bench), stored with

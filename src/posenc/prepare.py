@@ -8,7 +8,7 @@ a notebook cell, where a cell timeout or a busy machine could decide whether the
 builds; the chapters load the cached weights. Multi-seed experiments are not trained
 here: they are the study tier (DESIGN.md), stored in the repository and computed by
 ``make study`` (:mod:`posenc.study`, :mod:`posenc.pretrained_study`, and the tiny-ViT
-digits runs of :mod:`posenc.vit`, which this step trained until it moved there).
+digits runs of :mod:`posenc.vit_study`, which this step trained until it moved there).
 
 Why one thread per process: torch's intra-op threads (OpenMP) spin-wait on each other,
 and slow down many times over as soon as another program takes a core. Measured with
