@@ -197,7 +197,8 @@ def stale_error(
         study: what the study is called after "the stored" (e.g. ``"study
             'length_generalization'"``). missing: the labels of the runs without a
             stored result (at most :data:`NAMED_MISSING` are named). total: runs in
-            the grid. command: what computes them (e.g. ``"python -m posenc.vit_study"``).
+            the grid. command: what computes them (e.g.
+            ``"python -m posenc.vit_study"``).
             where: the folder, named in the message when given.
 
     Returns:

@@ -6,13 +6,19 @@ the digits and tests it at 8 × 8 and at 16 × 16 (nearest-neighbour upsampling:
 8 × 8 grid of patches, grid positions 4 … 7 unseen), with integer positions and with
 positions scaled back into the training range; ``patch_size=1`` keeps every token a
 single pixel at both resolutions, so that the unseen resolution changes the positions
-and not what a token contains. Each run is cached under ``cache_dir()/vit``, keyed by
-a hash of its configuration (:class:`DigitsRun`); the book's runs are stored in the
-repository instead (:mod:`posenc.vit_study`).
+and not what a token contains: with p ≥ 2 a 2 × 2 patch of a ×2 nearest-upsampled
+image is one pixel repeated, a patch never seen in training, and even ``"none"`` falls
+to chance. Each run is cached under ``cache_dir()/vit``, keyed by a hash of its
+configuration (:class:`DigitsRun`); the book's runs are stored in the repository
+instead (:mod:`posenc.vit_study`).
 
 The training loop is :func:`posenc.train.fit`, the package's one loop: the classifier
 is wrapped to look like a sequence model with one output token (logits (B, 1, C),
 targets (B, 1)), which is all ``fit``'s cross-entropy needs.
+
+Shapes:
+    N images, C = 1 channel, 8 × 8 pixels (16 × 16 upsampled); labels int64 (N,) in
+    0 … 9; logits (B, 10).
 """
 
 from __future__ import annotations
@@ -201,7 +207,13 @@ def accuracy(
 # --------------------------------------------------------------------------------------
 
 #: The evaluation settings: (name, upsampling factor, positions scaled to the
-#: training range).
+#: training range). ``"8x8"``: the test split as trained (a 4 × 4 grid for p = 2);
+#: ``"16x16"``: the test images upsampled ×2 and patched with the same p (an 8 × 8
+#: grid: row and column ids 4 … 7 unseen; ``"learned"`` resizes its table);
+#: ``"16x16 scaled"``: the same images with the positions multiplied by 4/8 = 0.5
+#: into the training range (position interpolation, Chen et al. 2023, for images),
+#: only for :data:`~posenc.vit.CONTINUOUS_SCHEMES` (for ``"none"`` it would be
+#: ``"16x16"`` again, and ``"learned"``'s resize already is an interpolation).
 RESOLUTIONS = (
     ("8x8", 1, False),
     ("16x16", 2, False),
@@ -375,24 +387,13 @@ def digits_experiment(
     """Train a :class:`TinyViT` per (scheme, seed) on the 8 × 8 digits and measure
     its test accuracy at the training resolution and at one never seen in training.
 
-    Resolutions (:data:`RESOLUTIONS`): ``"8x8"``, the test split as trained (a 4 × 4
-    grid for p = 2); ``"16x16"``, the test images upsampled ×2 (``upsample_mode``)
-    and patched with the same p (an 8 × 8 grid: row and column ids 4 … 7 unseen;
-    ``"learned"`` resizes its table); ``"16x16 scaled"``, the same images with the
-    positions multiplied by 4/8 = 0.5 into the training range (position
-    interpolation, Chen et al. 2023, for images), only for the schemes with
-    continuous positions (:data:`CONTINUOUS_SCHEMES`: for ``"none"`` it would be
-    ``"16x16"`` again, and ``"learned"``'s resize already is an interpolation).
-
-    With p ≥ 2 the upsampled test images change what a patch *contains*, not only
-    where it is: a 2 × 2 patch of a ×2 nearest-upsampled image is one pixel repeated,
-    a patch never seen in training, and even ``"none"`` falls to chance. With
-    ``patch_size=1`` each token is one pixel at both resolutions, so the
-    ``"16x16"`` columns isolate the positions (an 8 × 8 grid trained, 16 × 16 tested).
+    The resolutions are :data:`RESOLUTIONS`; why ``patch_size=1`` isolates the
+    positions, see the module's docstring.
 
     Each run is cached on disk (:func:`posenc.train.cache_dir` / ``vit``), keyed by
     its full configuration (:meth:`DigitsRun.key`), so a second call reads the
-    accuracies back. The book's runs (:data:`VIT_DIGITS`) are not read from this
+    accuracies back. The book's runs (:data:`posenc.vit_study.VIT_DIGITS`) are not
+    read from this
     cache: they are stored in the repository
     (:func:`posenc.vit_study.load_digits_results`).
 
