@@ -75,9 +75,9 @@ slides: $(STAMP) $(ASSETS)
 # cache, which the strict build then reads instead of executing every chapter a third time.
 test: pytest prepare study-check notebooks clean-env-tests strict-book slides site-tests
 
-# The study tier (DESIGN.md): the multi-seed length-generalization study (posenc.experiments.study), the
+# The study tier (book/design.md): the multi-seed length-generalization study (posenc.experiments.study), the
 # real model's long-context runs (posenc.experiments.pretrained_study) and the tiny ViT's digits runs
-# (posenc.layers.vit), too long for every build (about 2.5 h, 50 min and 5 min on 2 cores), stored in
+# (posenc.experiments.vit_study), too long for every build (about 2.5 h, 50 min and 5 min on 2 cores), stored in
 # src/posenc/results/ with their provenance.
 # `make study` computes what is missing (resumable, one file per run); the book build fails when
 # the stored results do not cover the current grid (study-verify), and `make test` also reruns a
@@ -86,18 +86,18 @@ test: pytest prepare study-check notebooks clean-env-tests strict-book slides si
 study: $(STAMP)
 	$(BIN)/python -m posenc.experiments.study --preset cpu
 	$(BIN)/python -m posenc.experiments.pretrained_study
-	$(BIN)/python -m posenc.layers.vit
+	$(BIN)/python -m posenc.experiments.vit_study
 
 study-verify: $(STAMP)
 	$(BIN)/python -m posenc.experiments.study --verify --preset cpu
 	$(BIN)/python -m posenc.experiments.pretrained_study --verify
-	$(BIN)/python -m posenc.layers.vit --verify
+	$(BIN)/python -m posenc.experiments.vit_study --verify
 
 # ... and the shipped weights: rope and alibi retrained from scratch (posenc.book.prepare --check)
 study-check: $(STAMP)
 	$(BIN)/python -m posenc.experiments.study --check --preset cpu
 	$(BIN)/python -m posenc.experiments.pretrained_study --check
-	$(BIN)/python -m posenc.layers.vit --check
+	$(BIN)/python -m posenc.experiments.vit_study --check
 	$(BIN)/python -m posenc.book.prepare --check
 
 # The benchmarks of the chapter "The cost of positions" (python -m posenc.experiments.bench), stored with

@@ -19,15 +19,8 @@ LAYERS = ("encodings", "layers", "experiments", "book")
 MAX_LINES = 650
 
 #: Known exceptions, each with its reason; keep these lists short.
-IMPORT_EXCEPTIONS = {
-    # The tiny ViT still carries its digits study (store, stats); its study moves to
-    # posenc.experiments in issue 24's ViT part, which removes this exception.
-    "layers/vit.py",
-}
+IMPORT_EXCEPTIONS: set[str] = set()
 LENGTH_EXCEPTIONS = {
-    # model, training loop, experiment and study in one module until the ViT part of
-    # issue 24 splits its study out (same reason as above).
-    "layers/vit.py",
     # Not split yet (issue 24): each is one subject, only longer than the limit.
     "experiments/bench.py",  # three benchmarks (rope, bias, decode) and their CLI
     "layers/pretrained.py",  # loading SmolLM2/MiniLM, swapping RoPE, streaming losses

@@ -218,7 +218,7 @@ def test_positions_contract_and_relative_positions():
         rows = torch.cat([mla(x[i : i + 1], offsets[i]) for i in range(2)])
         torch.testing.assert_close(mla(x, offsets), rows)
         # only n − m enters the scores: shifting every position changes nothing
-        # (up to the float32 angles: posenc forms m·θ_i in float32, DESIGN.md)
+        # (up to the float32 angles: posenc forms m·θ_i in float32, book/design.md)
         torch.testing.assert_close(mla(x, torch.arange(6) + 100), shared, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(mla.forward_absorbed(x, offsets)[0], rows, rtol=1e-10, atol=1e-10)
 

@@ -1,4 +1,4 @@
-"""The positions contract (DESIGN.md, "Tensor shapes"), for every registered scheme and
+"""The positions contract (book/design.md, "Tensor shapes"), for every registered scheme and
 every attention path:
 
 * (B, T) positions whose rows are equal give the result of (T,) positions;

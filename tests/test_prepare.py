@@ -61,8 +61,10 @@ def test_the_training_step_leaves_the_vit_runs_to_the_study_tier(
     monkeypatch, tmp_path, capsys
 ):
     """`make prepare` trains the chapters' models only: the tiny ViT's multi-seed
-    digits runs are stored in the repository (python -m posenc.layers.vit, `make study`)."""
-    from posenc.layers import vit
+    digits runs are stored in the repository (python -m posenc.experiments.vit_study,
+    `make
+    study`)."""
+    from posenc.experiments import vit_digits, vit_study
 
     monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(prepare, "prepare", lambda **kwargs: {})  # all cached
@@ -70,8 +72,9 @@ def test_the_training_step_leaves_the_vit_runs_to_the_study_tier(
     def no_vit(*args, **kwargs):
         raise AssertionError("python -m posenc.book.prepare must not run the ViT")
 
-    monkeypatch.setattr(vit, "_run_one", no_vit)
-    monkeypatch.setattr(vit, "digits_experiment", no_vit)
+    monkeypatch.setattr(vit_digits, "train_and_score", no_vit)
+    monkeypatch.setattr(vit_study, "train_and_score", no_vit)
+    monkeypatch.setattr(vit_digits, "digits_experiment", no_vit)
     assert prepare.main([]) == 0
     assert "vit" not in capsys.readouterr().out.lower()
     assert not (tmp_path / "vit").exists()

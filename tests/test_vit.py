@@ -1,28 +1,40 @@
-"""The tiny ViT and its 2-D position schemes (posenc.layers.vit)."""
+"""The tiny ViT (posenc.layers.vit), its 2-D position schemes (posenc.schemes_2d), the digits
+experiment (posenc.experiments.vit_digits) and its stored study (posenc.experiments.vit_study)."""
 
 import json
+import math
 
 import pytest
 import torch
 
-from posenc.layers import vit
+import posenc
+from posenc.experiments import vit_digits, vit_study
+from posenc.layers.attention import MultiHeadAttention
+from posenc.layers.model import Block
+from posenc.schemes import (
+    HOOKS,
+    PositionalScheme,
+    available_schemes,
+    build_scheme,
+    get_scheme_class,
+    register_scheme,
+)
+from posenc.schemes_2d import (
+    GridScheme,
+    grid_positions,
+    learned_2d_embedding,
+    resize_learned_table,
+    sinusoidal_2d_encoding,
+)
 from posenc.sinusoidal import sinusoidal_encoding
 from posenc.experiments.store import StaleResultsError
 from posenc.layers.train import TrainConfig
-from posenc.layers.vit import (
-    VIT_SCHEMES,
-    TinyViT,
-    ViTBlock,
-    ViTConfig,
+from posenc.layers.vit import VIT_SCHEMES, TinyViT, ViTConfig, patchify
+from posenc.experiments.vit_digits import (
     accuracy,
     digits_experiment,
-    grid_positions,
-    learned_2d_embedding,
     load_digits_split,
-    patchify,
-    resize_learned_table,
     results_table,
-    sinusoidal_2d_encoding,
     train_vit,
     upsample,
 )
@@ -122,18 +134,35 @@ def test_every_scheme_runs_at_the_training_and_a_larger_grid(scheme, size, devic
     assert len(weights) == 1 and weights[0].shape == (5, 2, t, t)
 
 
+def _scores(block, x, pos):
+    """The attention logits q·kᵀ/√d_h of a block's attention before the softmax, q
+    and k through the scheme's plug-in point: float32 (B, H, T, T)."""
+    attn = block.attn
+    batch, seq_len, _ = x.shape
+    qkv = attn.qkv(x).view(batch, seq_len, 3, attn.num_heads, attn.head_dim)
+    q, k, _ = qkv.permute(2, 0, 3, 1, 4)
+    q, k = attn.scheme.transform_qk(q, k, pos, pos)
+    return (q @ k.transpose(-2, -1)).float() / math.sqrt(attn.head_dim)
+
+
 @pytest.mark.parametrize("shift", [(3, 5), (-2, 7), (0.5, 1.25)])
 def test_rope_2d_logits_depend_only_on_offsets(shift):
     torch.manual_seed(0)
-    block = ViTBlock(ViTConfig(scheme="rope_2d", **SMALL))
+    model = TinyViT(ViTConfig(scheme="rope_2d", **SMALL))
+    block = model.blocks[0]
     x = torch.randn(2, 16, 16)
     pos = grid_positions(4, 4)
     moved = pos + torch.tensor(shift)[:, None]
-    scores = block.attn.scores(x, pos)
+    scores = _scores(block, x, pos)
     assert scores.shape == (2, 2, 16, 16)
-    torch.testing.assert_close(block.attn.scores(x, moved), scores, atol=1e-5, rtol=0)
+    torch.testing.assert_close(_scores(block, x, moved), scores, atol=1e-5, rtol=0)
     # and positions do matter: swapping rows and columns changes the scores
-    assert not torch.allclose(block.attn.scores(x, pos.flip(0)), scores, atol=1e-3)
+    assert not torch.allclose(_scores(block, x, pos.flip(0)), scores, atol=1e-3)
+    # the block's attention (softmax of these scores) sees the same invariance
+    _, weights = block.attn(x, pos, need_weights=True)
+    _, moved_weights = block.attn(x, moved, need_weights=True)
+    torch.testing.assert_close(weights, scores.softmax(-1), atol=1e-5, rtol=0)
+    torch.testing.assert_close(moved_weights, weights, atol=1e-5, rtol=0)
 
 
 def test_none_is_a_bag_of_patches():
@@ -163,6 +192,104 @@ def test_scaled_positions_work_for_continuous_schemes_only():
         assert torch.isfinite(_model(scheme)(images, scaled)).all()
     with pytest.raises(TypeError, match="integer positions"):
         _model("learned")(images, scaled)
+
+
+# --- the 2-D schemes in the registry -----------------------------------------------------
+
+
+def test_the_2d_schemes_live_in_their_own_namespace():
+    assert available_schemes("2d") == VIT_SCHEMES
+    # the 1-D namespace (the book's runs, the study grid, the contract tests) is apart
+    assert posenc.available_schemes() == available_schemes("1d")
+    assert not {"sinusoidal_2d", "rope_2d"} & set(posenc.available_schemes())
+    assert get_scheme_class("learned", "2d") is not get_scheme_class("learned")
+    with pytest.raises(ValueError, match="unknown positional scheme 'rope_2d'; known"):
+        get_scheme_class("rope_2d")
+    with pytest.raises(ValueError, match="'rope' in namespace '2d'"):
+        build_scheme("rope", d_model=16, num_heads=2, namespace="2d")
+    with pytest.raises(ValueError, match="namespace must be one of"):
+        available_schemes("3d")
+    for name in VIT_SCHEMES:
+        cls = get_scheme_class(name, "2d")
+        assert issubclass(cls, GridScheme) and cls.position_axes == 2
+
+    class Grid(GridScheme):
+        name = "grid_test_only"
+
+    class Line(PositionalScheme):
+        name = "line_test_only"
+
+    with pytest.raises(ValueError, match="'1d' holds schemes of 1-axis positions"):
+        register_scheme(Grid)
+    with pytest.raises(ValueError, match="'2d' holds schemes of 2-axis positions"):
+        register_scheme(Line, namespace="2d")
+    with pytest.raises(ValueError, match="already registered"):
+
+        @register_scheme(namespace="2d")
+        class Clash(GridScheme):
+            name = "rope_2d"
+
+    assert "grid_test_only" not in available_schemes("2d") + available_schemes()
+
+
+@pytest.mark.parametrize("name", VIT_SCHEMES)
+def test_declared_hooks_of_the_2d_schemes_are_the_overridden_methods(name):
+    cls = get_scheme_class(name, "2d")
+    overridden = {
+        m for m in HOOKS if getattr(cls, m) is not getattr(PositionalScheme, m)
+    }
+    assert cls.hooks == overridden
+    assert cls.hooks == {
+        "none": set(),
+        "learned": {"embed"},
+        "sinusoidal_2d": {"embed"},
+        "rope_2d": {"transform_qk"},
+    }[name]
+
+
+def test_the_2d_schemes_check_their_options():
+    with pytest.raises(ValueError, match="multiple of 4"):
+        build_scheme("sinusoidal_2d", d_model=18, num_heads=2, namespace="2d")
+    with pytest.raises(ValueError, match="head_dim = d_model / num_heads"):
+        build_scheme("rope_2d", d_model=24, num_heads=4, namespace="2d")
+    with pytest.raises(ValueError, match="grid must be"):
+        build_scheme("learned", d_model=8, num_heads=2, namespace="2d", grid=4)
+    with pytest.raises(ValueError, match="init_std must be > 0"):
+        build_scheme("learned", d_model=8, num_heads=2, namespace="2d", init_std=0)
+    with pytest.raises(ValueError, match="base must be finite"):
+        build_scheme("rope_2d", d_model=16, num_heads=2, namespace="2d", base=0)
+    # the learned table reads its own grid unless told the image's
+    torch.manual_seed(0)
+    learned = build_scheme("learned", d_model=8, num_heads=2, namespace="2d", grid=(2, 3))
+    x, pos = torch.zeros(1, 6, 8), grid_positions(2, 3)
+    assert torch.equal(learned.embed(x, pos)[0], learned.table.reshape(6, 8))
+    assert torch.equal(learned.embed(x, pos, (2, 3)), learned.embed(x, pos))
+
+
+def test_tiny_vit_uses_the_package_attention():
+    model = _model("rope_2d")
+    assert model.scheme.name == "rope_2d" and model.scheme.position_axes == 2
+    for block in model.blocks:
+        assert type(block) is Block and type(block.attn) is MultiHeadAttention
+        assert block.attn.causal is False and block.attn.scheme is model.scheme
+    assert not hasattr(posenc.layers.vit, "ViTAttention") and not hasattr(posenc.layers.vit, "ViTBlock")
+    # the attention takes (2, T) positions from a "2d" scheme and checks their shape
+    with pytest.raises(ValueError, match=r"\(2, T\) or \(2, B, T\)"):
+        model.blocks[0].attn(torch.randn(1, 16, 16), torch.arange(16))
+
+
+def test_a_state_dict_with_the_old_table_name_loads():
+    """Before the schemes moved into the registry, the learned table was TinyViT's
+    ``pos_table``: such a state_dict still loads (strictly) to the same model."""
+    model = _model("learned")
+    old = {k: v for k, v in model.state_dict().items() if "scheme.table" not in k}
+    old["pos_table"] = model.scheme.table.detach().clone()
+    fresh = TinyViT(ViTConfig(scheme="learned", **SMALL)).eval()
+    assert not torch.equal(fresh.scheme.table, model.scheme.table)
+    fresh.load_state_dict(old)
+    images = torch.rand(2, 1, 8, 8)
+    assert torch.equal(fresh(images), model(images))
+    assert all(b.attn.scheme.table is fresh.scheme.table for b in fresh.blocks)
 
 
 # --- errors ---------------------------------------------------------------------------
@@ -250,8 +377,8 @@ def test_a_missing_run_is_refused_when_the_build_requires_the_cache(
 ):
     monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("POSENC_REQUIRE_CACHED", "1")
-    with pytest.raises(vit.NotCachedError, match="load_digits_results"):
-        vit.digits_experiment(schemes=("none",), seeds=(0,), steps=2, device="cpu")
+    with pytest.raises(vit_digits.NotCachedError, match="load_digits_results"):
+        vit_digits.digits_experiment(schemes=("none",), seeds=(0,), steps=2, device="cpu")
     assert not (tmp_path / "vit").exists() or not any((tmp_path / "vit").iterdir())
 
 
@@ -259,14 +386,14 @@ def test_a_missing_run_is_refused_when_the_build_requires_the_cache(
 
 
 def test_the_stored_study_covers_the_grid_with_its_provenance():
-    records = vit.load_digits_records()
-    runs = vit.digits_study_runs()
+    records = vit_study.load_digits_records()
+    runs = vit_study.digits_study_runs()
     assert len(records) == len(runs) == 12
-    files = {p.name for p in vit.digits_results_dir().glob("*.json")}
-    assert files == {vit._file_name(r) for r in runs}  # nothing stale left beside
+    files = {p.name for p in vit_study.digits_results_dir().glob("*.json")}
+    assert files == {vit_study._file_name(r) for r in runs}  # nothing stale left beside
     for run, record in zip(runs, records, strict=True):
         # the key is the hash of the stored configuration, and the current code's
-        assert record["key"] == vit._run_key(record["config"]) == run.key()
+        assert record["key"] == vit_digits._run_key(record["config"]) == run.key()
         assert record["run"] == {
             "scheme": run.config.scheme,
             "seed": run.train_config.seed,
@@ -277,10 +404,10 @@ def test_the_stored_study_covers_the_grid_with_its_provenance():
         assert record["provenance"].keys() >= {
             "posenc", "torch", "python", "cpu", "threads", "date", "train_seconds"
         }
-    rows = vit.load_digits_results()
+    rows = vit_study.load_digits_results()
     assert rows == [row for record in records for row in record["rows"]]
     assert {(r["scheme"], r["seed"]) for r in rows} == {
-        (s, seed) for s in vit.VIT_DIGITS["schemes"] for seed in vit.VIT_DIGITS["seeds"]
+        (s, seed) for s in vit_study.VIT_DIGITS["schemes"] for seed in vit_study.VIT_DIGITS["seeds"]
     }
     assert {r["grid"] for r in rows} == {8, 16}  # patch_size 1: one pixel per token
 
@@ -293,40 +420,44 @@ def test_the_chapter_reads_the_stored_study_and_not_the_cache(tmp_path, monkeypa
     def no_training(*args, **kwargs):
         raise AssertionError("the chapter's results must not be trained")
 
-    monkeypatch.setattr(vit, "_run_one", no_training)
-    rows = vit.load_digits_results()
+    monkeypatch.setattr(vit_digits, "train_and_score", no_training)
+    monkeypatch.setattr(vit_study, "train_and_score", no_training)
+    rows = vit_study.load_digits_results()
     assert len(rows) == 30 and not any(tmp_path.iterdir())
     # the cache-backed experiment, by contrast, would need a cached run here
-    with pytest.raises(vit.NotCachedError):
-        digits_experiment(**vit.VIT_DIGITS, device="cpu")
+    with pytest.raises(vit_digits.NotCachedError):
+        digits_experiment(**vit_study.VIT_DIGITS, device="cpu")
 
 
 @pytest.mark.parametrize(
     "change, missing",
     [
-        (("VIT_DIGITS", {**vit.VIT_DIGITS, "steps": 401}), "12 of 12 runs"),
-        (("VIT_DIGITS", {**vit.VIT_DIGITS, "seeds": (0, 1, 2, 3)}), "4 of 16 runs"),
-        (("VIT_CACHE_VERSION", vit.VIT_CACHE_VERSION + 1), "12 of 12 runs"),
+        ((vit_study, "VIT_DIGITS", {**vit_study.VIT_DIGITS, "steps": 401}), "12 of 12 runs"),
+        (
+            (vit_study, "VIT_DIGITS", {**vit_study.VIT_DIGITS, "seeds": (0, 1, 2, 3)}),
+            "4 of 16 runs",
+        ),
+        ((vit_digits, "VIT_CACHE_VERSION", vit_digits.VIT_CACHE_VERSION + 1), "12 of 12 runs"),
     ],
 )
 def test_a_changed_configuration_makes_the_stored_study_stale(
     change, missing, monkeypatch, capsys
 ):
-    monkeypatch.setattr(vit, *change)
+    monkeypatch.setattr(*change)
     with pytest.raises(StaleResultsError, match=rf"{missing}.*make study"):
-        vit.load_digits_results()
-    assert vit.main(["--verify"]) == 1
-    assert "python -m posenc.vit" in capsys.readouterr().err  # vit.py keeps its text until the ViT part lands
-    assert len(vit.load_digits_records(strict=False)) == (12 if "16" in missing else 0)
+        vit_study.load_digits_results()
+    assert vit_study.main(["--verify"]) == 1
+    assert "python -m posenc.experiments.vit_study" in capsys.readouterr().err
+    assert len(vit_study.load_digits_records(strict=False)) == (12 if "16" in missing else 0)
 
 
 @pytest.fixture
 def tiny_study(tmp_path, monkeypatch):
     """A two-run study of a tiny model in a private folder: seconds to compute."""
     folder = tmp_path / "vit_digits"
-    monkeypatch.setattr(vit, "digits_results_dir", lambda: folder)
+    monkeypatch.setattr(vit_study, "digits_results_dir", lambda: folder)
     monkeypatch.setattr(
-        vit,
+        vit_study,
         "VIT_DIGITS",
         {
             "schemes": ("none", "rope_2d"),
@@ -347,41 +478,41 @@ def tiny_study(tmp_path, monkeypatch):
 
 def test_the_study_computes_what_is_missing_and_resumes(tiny_study, one_thread):
     with pytest.raises(StaleResultsError, match="2 of 2 runs"):
-        vit.load_digits_records()
-    assert vit.run_digits_study(workers=0, progress=False)["computed"] == 2
-    first = vit.load_digits_records()
+        vit_study.load_digits_records()
+    assert vit_study.run_digits_study(workers=0, progress=False)["computed"] == 2
+    first = vit_study.load_digits_records()
     assert [r["run"]["scheme"] for r in first] == ["none", "rope_2d"]
     assert first[1]["provenance"]["threads"] == 1
-    assert vit.run_digits_study(workers=0, progress=False)["computed"] == 0
+    assert vit_study.run_digits_study(workers=0, progress=False)["computed"] == 0
     # a run lost (or made stale) is recomputed alone, to the same accuracies; a file
     # that left the grid is deleted
     (path,) = tiny_study.glob("rope_2d-*.json")
     path.unlink()
     (tiny_study / "none-s9-0123456789abcdef0123.json").write_text('{"key": "old"}')
     with pytest.raises(StaleResultsError, match=r"1 of 2 runs.*rope_2d seed 0"):
-        vit.load_digits_records()
-    assert vit.run_digits_study(workers=0, progress=False)["computed"] == 1
-    again = vit.load_digits_records()
+        vit_study.load_digits_records()
+    assert vit_study.run_digits_study(workers=0, progress=False)["computed"] == 1
+    again = vit_study.load_digits_records()
     assert sorted(p.name for p in tiny_study.glob("*.json")) == sorted(
-        vit._file_name(r) for r in vit.digits_study_runs()
+        vit_study._file_name(r) for r in vit_study.digits_study_runs()
     )
     accuracies = [[row["accuracy"] for row in r["rows"]] for r in first]
     assert [[row["accuracy"] for row in r["rows"]] for r in again] == accuracies
-    assert [r["grid"] for r in vit.load_digits_results()] == [4, 8, 4, 8, 8]
+    assert [r["grid"] for r in vit_study.load_digits_results()] == [4, 8, 4, 8, 8]
 
 
 def test_the_check_retrains_a_run_and_catches_a_changed_value(
     tiny_study, one_thread, capsys
 ):
-    vit.run_digits_study(workers=0, progress=False)
-    rows = vit.reproduce_digits()  # CHECK_RUNS: rope_2d seed 0
+    vit_study.run_digits_study(workers=0, progress=False)
+    rows = vit_study.reproduce_digits()  # CHECK_RUNS: rope_2d seed 0
     assert [r["resolution"] for r in rows] == ["8x8", "16x16", "16x16 scaled"]
     assert all(r["ok"] and r["difference"] == 0 for r in rows)
     with pytest.raises(ValueError, match="not a"):
-        vit.reproduce_digits(sample=[("learned", 0)])
+        vit_study.reproduce_digits(sample=[("learned", 0)])
     (path,) = tiny_study.glob("rope_2d-*.json")
     record = json.loads(path.read_text())
-    record["rows"][1]["accuracy"] += 2 * vit.CHECK_TOLERANCE
+    record["rows"][1]["accuracy"] += 2 * vit_study.CHECK_TOLERANCE
     path.write_text(json.dumps(record))
-    assert vit.main(["--check"]) == 1
+    assert vit_study.main(["--check"]) == 1
     assert "NOT REPRODUCED" in capsys.readouterr().out

@@ -22,6 +22,7 @@ from . import (  # noqa: E402, F401
     rope_nd,
     scaling,
     schemes,
+    schemes_2d,
     sinusoidal,
     xpos,
 )

@@ -1,7 +1,7 @@
 """Input checks shared by the public functions.
 
 Every check raises at the public boundary with a message that names the offending value
-and the rule it broke (DESIGN.md, "Conventions"), so that a reader never meets an
+and the rule it broke (book/design.md, "Conventions"), so that a reader never meets an
 IndexError from deep inside a tensor expression.
 """
 

@@ -1,7 +1,8 @@
 """Relative position encodings: Shaw et al., Transformer-XL, T5 and DeBERTa.
 
 All four act on the attention *scores* (plug-in point 3); Shaw et al. also add a term to
-the values (plug-in point 4). Conventions (DESIGN.md): ``relative_position = key − query
+the values (plug-in point 4). Conventions (book/design.md): ``relative_position = key −
+query
 = n − m`` as in T5 and Hugging Face, except where a paper uses query − key
 (Transformer-XL's R_{m−n}, DeBERTa's δ(i, j) = i − j); each function says which it
 takes.

@@ -1,7 +1,7 @@
 """The registry of positional schemes and the interface they implement.
 
 A positional scheme acts at one or more of four plug-in points of the one attention in
-:mod:`posenc.layers.attention` (DESIGN.md, "Architecture"):
+:mod:`posenc.layers.attention` (book/design.md, "Architecture"):
 
 1. :meth:`PositionalScheme.embed` — add a position vector to the token embeddings
    (sinusoidal, learned);
@@ -22,6 +22,9 @@ scheme's declaration names exactly the methods it overrides.
 The base class is the identity at every point, which is exactly the scheme ``"none"``.
 Schemes are registered by name with :func:`register_scheme` and built by name with
 :func:`build_scheme`; the model, the experiments and the benchmarks only ever use names.
+Names live in a namespace (:data:`NAMESPACES`): ``"1d"`` (the default) for schemes of
+sequence positions, ``"2d"`` for the tiny ViT's schemes of (row, column) positions
+(:mod:`posenc.layers.vit`), which the language model's runs do not iterate.
 """
 
 from __future__ import annotations
@@ -33,7 +36,16 @@ from torch import nn
 
 from ._checks import check_int
 
-_REGISTRY: dict[str, type[PositionalScheme]] = {}
+#: The registry's namespaces and the number of coordinates a position has in each:
+#: ``"1d"``, a sequence (positions (T,) or (B, T)), the language model's schemes and
+#: the default; ``"2d"``, an image grid (positions (2, T) or (2, B, T), rows (row,
+#: column)), the tiny ViT's schemes (:mod:`posenc.layers.vit`). The book's runs, the
+#: study
+#: grid and the tests of the positions contract iterate ``"1d"`` only.
+NAMESPACES = {"1d": 1, "2d": 2}
+DEFAULT_NAMESPACE = "1d"
+
+_REGISTRY: dict[str, dict[str, type[PositionalScheme]]] = {n: {} for n in NAMESPACES}
 
 #: The plug-in points a scheme may declare in :attr:`PositionalScheme.hooks`: the names
 #: of the methods that implement them, in the order a forward pass reaches them.
@@ -57,7 +69,9 @@ class PositionalScheme(nn.Module):
     receives the positions explicitly, as int or float tensors, so that KV-cache offsets
     and interpolated positions need no special case: :meth:`embed` gets ``(T,)`` or
     ``(B, T)``; the attention-level points get ``(T,)`` or ``(B, 1, T)``, which
-    broadcasts against the head dimension.
+    broadcasts against the head dimension. A scheme of grid positions
+    (``position_axes = 2``, namespace ``"2d"``) gets ``(2, T)`` or ``(2, B, T)`` at
+    every point.
 
     Args:
         d_model: model width d.
@@ -82,6 +96,11 @@ class PositionalScheme(nn.Module):
     #: Scores are scaled by 1/√(score_scale_factor · d_h); DeBERTa uses 3 (three score
     #: terms).
     score_scale_factor: ClassVar[float] = 1.0
+    #: How many coordinates a position has: 1 (a sequence; positions (T,) or (B, T))
+    #: or 2 (an image grid; positions (2, T) or (2, B, T), rows (row, column)). It
+    #: fixes the namespace the scheme is registered in (:data:`NAMESPACES`) and the
+    #: shape :class:`~posenc.attention.MultiHeadAttention` accepts.
+    position_axes: ClassVar[int] = 1
 
     def __init_subclass__(cls, **kwargs) -> None:
         """Check the declared ``hooks`` and derive ``needs_attention_weights``.
@@ -283,14 +302,22 @@ def flex_pair(qp: torch.Tensor, kp: torch.Tensor):
     return pair
 
 
-def register_scheme(cls: type[PositionalScheme]) -> type[PositionalScheme]:
+def register_scheme(cls=None, *, namespace: str = DEFAULT_NAMESPACE):
     """Class decorator: register a :class:`PositionalScheme` subclass under
-    ``cls.name``.
+    ``cls.name`` in ``namespace``: ``@register_scheme`` (the 1-D schemes of the
+    language model) or ``@register_scheme(namespace="2d")`` (the ViT's grid schemes).
+
+    The class's :attr:`~PositionalScheme.position_axes` must be the namespace's
+    (:data:`NAMESPACES`), so that a scheme of 2-D positions cannot join the 1-D runs.
 
     Raises:
         TypeError: if ``cls`` is not a PositionalScheme subclass.
-        ValueError: if its name is empty or already registered.
+        ValueError: unknown namespace; a name that is empty or already registered in
+            the namespace; ``position_axes`` not the namespace's.
     """
+    _check_namespace(namespace)
+    if cls is None:
+        return lambda c: register_scheme(c, namespace=namespace)
     if not (isinstance(cls, type) and issubclass(cls, PositionalScheme)):
         raise TypeError(
             f"only PositionalScheme subclasses can be registered, got {cls!r}"
@@ -299,36 +326,66 @@ def register_scheme(cls: type[PositionalScheme]) -> type[PositionalScheme]:
         raise ValueError(
             f"{cls.__name__} has an empty name; set the class attribute 'name'"
         )
-    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+    if cls.position_axes != NAMESPACES[namespace]:
         raise ValueError(
-            f"a scheme named {cls.name!r} is already registered ({_REGISTRY[cls.name]})"
+            f"{cls.__name__}.position_axes is {cls.position_axes}; the namespace "
+            f"{namespace!r} holds schemes of {NAMESPACES[namespace]}-axis positions"
         )
-    _REGISTRY[cls.name] = cls
+    registry = _REGISTRY[namespace]
+    if cls.name in registry and registry[cls.name] is not cls:
+        raise ValueError(
+            f"a scheme named {cls.name!r} is already registered ({registry[cls.name]})"
+        )
+    registry[cls.name] = cls
     return cls
 
 
-def available_schemes() -> tuple[str, ...]:
-    """The registered scheme names, in registration order."""
-    return tuple(_REGISTRY)
+def _check_namespace(namespace: object) -> str:
+    if not isinstance(namespace, str) or namespace not in NAMESPACES:
+        raise ValueError(
+            f"namespace must be one of {tuple(NAMESPACES)}, got {namespace!r}"
+        )
+    return namespace
 
 
-def get_scheme_class(name: str) -> type[PositionalScheme]:
-    """The class registered under ``name``.
+def available_schemes(namespace: str = DEFAULT_NAMESPACE) -> tuple[str, ...]:
+    """The scheme names registered in ``namespace`` (default ``"1d"``: the schemes
+    the book's runs, the study grid and the positions-contract tests iterate), in
+    registration order.
 
     Raises:
-        ValueError: if no scheme has that name (the message lists the known names).
+        ValueError: unknown namespace.
     """
+    return tuple(_REGISTRY[_check_namespace(namespace)])
+
+
+def get_scheme_class(
+    name: str, namespace: str = DEFAULT_NAMESPACE
+) -> type[PositionalScheme]:
+    """The class registered under ``name`` in ``namespace``.
+
+    Raises:
+        ValueError: unknown namespace; no scheme has that name there (the message
+            lists the known names).
+    """
+    registry = _REGISTRY[_check_namespace(namespace)]
     try:
-        return _REGISTRY[name]
+        return registry[name]
     except (KeyError, TypeError):
-        known = ", ".join(map(repr, _REGISTRY))
+        known = ", ".join(map(repr, registry))
+        where = "" if namespace == DEFAULT_NAMESPACE else f" in namespace {namespace!r}"
         raise ValueError(
-            f"unknown positional scheme {name!r}; known schemes: {known}"
+            f"unknown positional scheme {name!r}{where}; known schemes: {known}"
         ) from None
 
 
 def build_scheme(
-    name: str, *, d_model: int, num_heads: int, **options
+    name: str,
+    *,
+    d_model: int,
+    num_heads: int,
+    namespace: str = DEFAULT_NAMESPACE,
+    **options,
 ) -> PositionalScheme:
     """Build the scheme registered under ``name``.
 
@@ -336,13 +393,16 @@ def build_scheme(
         name: a registered name, see :func:`available_schemes`.
         d_model: model width d.
         num_heads: number of heads H.
+        namespace: ``"1d"`` (default) or ``"2d"`` (:data:`NAMESPACES`).
         **options: the scheme's own options (e.g. ``base``, ``layout`` for
             ``"sinusoidal"``, ``max_len`` for ``"learned"``).
 
     Raises:
-        ValueError: for an unknown name; whatever the scheme raises for bad options.
+        ValueError: for an unknown name or namespace; whatever the scheme raises for
+            bad options.
     """
-    return get_scheme_class(name)(d_model=d_model, num_heads=num_heads, **options)
+    cls = get_scheme_class(name, namespace)
+    return cls(d_model=d_model, num_heads=num_heads, **options)
 
 
 @register_scheme

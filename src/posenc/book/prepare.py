@@ -6,10 +6,11 @@ process per run and as many processes as there are cores, each with a fixed numb
 torch threads, and shows one progress bar over the runs. Training thus never happens
 inside a notebook cell, where a cell timeout or a busy machine could decide whether the
 book builds; the chapters load the cached weights. Multi-seed experiments are not
-trained here: they are the study tier (DESIGN.md), stored in the repository and computed
+trained here: they are the study tier (book/design.md), stored in the repository and
+computed
 by ``make study`` (:mod:`posenc.experiments.study`,
 :mod:`posenc.experiments.pretrained_study`, and the tiny-ViT digits runs of
-:mod:`posenc.layers.vit`, which this step trained until it moved there).
+:mod:`posenc.experiments.vit_study`, which this step trained until it moved there).
 
 Why one thread per process: torch's intra-op threads (OpenMP) spin-wait on each other,
 and slow down many times over as soon as another program takes a core. Measured with

@@ -197,8 +197,9 @@ def stale_error(
         study: what the study is called after "the stored" (e.g. ``"study
             'length_generalization'"``). missing: the labels of the runs without a
             stored result (at most :data:`NAMED_MISSING` are named). total: runs in
-            the grid. command: what computes them (e.g. ``"python -m
-            posenc.layers.vit"``). where: the folder, named in the message when given.
+            the grid. command: what computes them (e.g.
+            ``"python -m posenc.experiments.vit_study"``).
+            where: the folder, named in the message when given.
 
     Returns:
         A :class:`StaleResultsError` (to raise).

@@ -42,6 +42,7 @@ from .masks import (
     check_spans,
     query_temperature_scale,
 )
+from ..rope_nd import check_axis_positions
 from ..schemes import PositionalScheme
 
 ATTENTION_IMPLS = ("auto", "reference", "sdpa", "flex")
@@ -320,15 +321,26 @@ def check_impl(
     return impl
 
 
-def head_positions(positions: torch.Tensor, batch: int, seq_len: int) -> torch.Tensor:
+def head_positions(
+    positions: torch.Tensor, batch: int, seq_len: int, axes: int = 1
+) -> torch.Tensor:
     """Positions checked and put in the one shape the attention uses inside: (T,)
     stays (T,), shared by the batch; (B, T) becomes (B, 1, T), which broadcasts
     against the heads. Values and dtype are kept (float positions are allowed).
 
+    Positions of ``axes`` > 1 coordinates (a scheme's
+    :attr:`~posenc.schemes.PositionalScheme.position_axes`: the ViT's (row, column))
+    are (A, T) or (A, B, T) and stay so: the schemes that read them lay out the heads
+    themselves (:func:`posenc.rope.apply_rope_2d`).
+
     Raises:
         ValueError: positions not (T,) or (B, T) with this T, or a batch that is
-        neither 1 nor ``batch``.
+        neither 1 nor ``batch``; for ``axes`` > 1, as
+        :func:`posenc.rope.check_axis_positions`.
+        TypeError: for ``axes`` > 1, positions not an integer or float tensor.
     """
+    if axes > 1:
+        return check_axis_positions(positions, axes, seq_len, batch, "coordinates")
     if positions.dim() not in (1, 2) or positions.shape[-1] != seq_len:
         raise ValueError(
             f"positions must have shape (T,) or (B, T) with T={seq_len}, "
@@ -415,7 +427,9 @@ class MultiHeadAttention(nn.Module):
 
         Args:
             x: (B, T, d) float.
-            positions: (T,) or (B, T) integer or float positions of the tokens.
+            positions: (T,) or (B, T) integer or float positions of the tokens;
+                (2, T) or (2, B, T) (row, column) for a scheme of the ``"2d"``
+                namespace.
             impl: ``"reference"``, ``"sdpa"``, ``"flex"`` (needs a scheme without a
                 score bias or with a ``score_mod`` or ``augment_qk``: then no T×T
                 tensor is stored), or ``"auto"`` (sdpa unless weights are needed).
@@ -435,7 +449,8 @@ class MultiHeadAttention(nn.Module):
         )
         if cache is not None and not isinstance(cache, LayerKVCache):
             raise TypeError(f"cache must be a LayerKVCache, got {type(cache).__name__}")
-        pos = head_positions(positions, *x.shape[:2])  # (T,) or (B, 1, T)
+        axes = self.scheme.position_axes
+        pos = head_positions(positions, *x.shape[:2], axes)  # (T,) or (B, 1, T)
         q, k, v = self._project(x)  # (B, H, T, d_h) each
         q, k, v, k_pos = self._position(q, k, v, pos, cache)  # k, v: (B, H, T_k, d_h)
         if impl == "reference":

@@ -167,21 +167,34 @@ class ModelConfig:
 
 
 class Block(nn.Module):
-    """One pre-norm transformer block."""
+    """One pre-norm transformer block: LayerNorm → attention → residual; LayerNorm →
+    GELU MLP → residual.
 
-    def __init__(self, config: ModelConfig, scheme, layer: dict | None = None) -> None:
+    Args:
+        config: the sizes ``d_model``, ``num_heads``, ``mlp_ratio``: a
+            :class:`ModelConfig`, or the tiny ViT's
+            :class:`posenc.layers.vit.ViTConfig`.
+        scheme: the positional scheme of the attention (shared between blocks).
+        layer: an entry of :attr:`ModelConfig.layers` (window, chunk, query
+            temperature, sink), or None for full attention.
+        causal: a decoder's mask (the language model) or none (the ViT's encoder).
+    """
+
+    def __init__(
+        self, config, scheme, layer: dict | None = None, *, causal: bool = True
+    ) -> None:
         super().__init__()
-        spec = config.layer_spec(layer)
+        spec = config.layer_spec(layer) if layer is not None else {}
         self.ln1 = nn.LayerNorm(config.d_model)
         self.attn = MultiHeadAttention(
             config.d_model,
             config.num_heads,
             scheme,
-            causal=True,
-            window=spec["window"],
-            chunk=spec["chunk"],
-            query_temperature=spec["query_temperature"],
-            sink=spec["sink"],
+            causal=causal,
+            window=spec.get("window"),
+            chunk=spec.get("chunk"),
+            query_temperature=spec.get("query_temperature"),
+            sink=spec.get("sink", False),
         )
         self.ln2 = nn.LayerNorm(config.d_model)
         hidden = config.mlp_ratio * config.d_model

@@ -375,8 +375,9 @@ def fit(
 
     Args:
         model: any module mapping the inputs x to logits (B, T, C) (a TinyLM; the
-            tiny ViT of :mod:`posenc.layers.vit` returns (B, 1, classes)), left in train
-            mode while it runs.
+            tiny ViT of :mod:`posenc.experiments.vit_digits` returns (B, 1, classes)),
+            left in
+            train mode while it runs.
         cfg: steps, learning rate and its schedule, weight decay, clipping.
         next_batch: ``next_batch() -> (x, y)``: inputs of any dtype and int64 (B, T)
             targets on the model's device; a target of −100 is not scored (a probe's
