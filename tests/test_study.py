@@ -325,6 +325,7 @@ def test_the_study_resumes_and_its_results_load(tiny_preset):
     record = json.loads(files[0].read_text())
     for field in ("posenc", "torch", "cpu", "date", "wall_seconds"):
         assert field in record["provenance"]
+    assert record["model"]["head_dim"] == 8 and "d_head" not in record["model"]
     # a stale file (a run no longer in the grid) is pruned; a missing one is stale
     (folder / "lm-old-s0-L64-0000.json").write_text("{}")
     next(folder.glob("lm-*.json")).unlink()
@@ -426,3 +427,29 @@ def test_quotes_change_keeps_the_stored_values():
                 assert d["resolved"] == bool(lower > 0 or upper < 0)
                 compared += 1
     assert compared > 50
+
+
+def test_stored_keys_are_their_runs_keys_and_old_records_say_head_dim():
+    """A record's key (and file name) is recomputed from its run alone, with the
+    stored corpus's identity; records stored with ``d_head`` load with ``head_dim``."""
+    folder = study.results_dir("length_generalization")
+    raw = {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
+    corpus = study.stored_corpus(raw)
+    kinds = {}
+    for name, rec in raw.items():
+        kinds.setdefault(rec["run"]["kind"], []).append((name, rec))
+    sample = [pair for pairs in kinds.values() for pair in pairs[:2]]
+    assert {rec["run"]["kind"] for _, rec in sample} == {"sweep", "lm", "probe"}
+    for name, rec in sample:
+        run = study.StudyRun(**rec["run"])
+        assert run.key(corpus) == rec["key"] == name
+        model_cfg = run.configs()[0]
+        upgraded = study.upgrade_record(rec)["model"]
+        assert "d_head" not in upgraded
+        assert upgraded["head_dim"] == model_cfg.d_model // model_cfg.num_heads
+    assert any("d_head" in rec["model"] for rec in raw.values())  # old records
+    loaded = study.load_records()
+    assert all("head_dim" in r["model"] and "d_head" not in r["model"] for r in loaded)
+    with pytest.raises(ValueError, match="both 'd_head' and 'head_dim'"):
+        study.upgrade_record({"key": "k", "model": {"d_head": 4, "head_dim": 4}})
+    assert study.upgrade_record({"key": "k"}) == {"key": "k"}

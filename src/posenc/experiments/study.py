@@ -221,7 +221,7 @@ def execute(run: StudyRun, corpus: Corpus | None = None, *, device=None) -> dict
         "model": {
             **model_cfg.to_dict(),
             "scheme_options": scheme_arguments(model_cfg),
-            "d_head": model_cfg.d_model // model_cfg.num_heads,
+            "head_dim": model_cfg.d_model // model_cfg.num_heads,
         },
         "train": asdict(train_cfg),
         "evaluation": run.evaluation(),
@@ -255,8 +255,36 @@ def _folder(name: str, preset: str) -> Path:
     return results_dir(name if preset == "cpu" else f"{name}-{preset}")
 
 
+#: Fields of a record's ``model`` renamed since the study was stored: ``{old: new}``.
+#: A record's key is its run's (:meth:`StudyRun.key`), which no record field enters,
+#: so a record stored under the old name keeps its key and file name.
+RENAMED_MODEL_FIELDS = {"d_head": "head_dim"}
+
+
+def upgrade_record(record: dict) -> dict:
+    """A stored record with the names of today: each field of its ``model`` section
+    named in :data:`RENAMED_MODEL_FIELDS` renamed (``d_head`` → ``head_dim``, the
+    per-head width d_model / num_heads). Returns a new dict; ``record`` is unchanged.
+
+    Raises:
+        ValueError: the record has both the old and the new name of a field.
+    """
+    if "model" not in record:
+        return dict(record)
+    model = dict(record["model"])
+    for old, new in RENAMED_MODEL_FIELDS.items():
+        if old in model:
+            if new in model:
+                raise ValueError(
+                    f"record {record.get('key')!r} has both {old!r} and {new!r}"
+                )
+            model[new] = model.pop(old)
+    return {**record, "model": model}
+
+
 def _stored(name: str, preset: str) -> dict[str, dict]:
-    return store.read_records(_folder(name, preset))
+    records = store.read_records(_folder(name, preset))
+    return {key: upgrade_record(rec) for key, rec in records.items()}
 
 
 def _run_cell(run: StudyRun, device: str) -> dict:
