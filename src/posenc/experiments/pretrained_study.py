@@ -283,7 +283,7 @@ def load_records(*, strict: bool = True) -> list[dict]:
     )
 
 
-def load_results(*, strict: bool = True):
+def load_real_model_results(*, strict: bool = True):
     """The stored results as a long DataFrame: one row per run and bucket, columns
     ``experiment, text, tokens, chunk, method, position, loss`` (position = the first
     position of the bucket of :data:`BUCKET` positions; the loss of predicting token
@@ -314,9 +314,10 @@ def range_perplexity(
     nothing), averaged over the runs' chunks alike.
 
     Args:
-        df: :func:`load_results`. text: ``"prose"`` or ``"code"``. method: a key of
-            :func:`methods` (``"none"``, ``"linear"``, ``"yarn"``, ...). start, stop:
-            a range of positions, multiples of :data:`BUCKET`. experiment: which runs.
+        df: :func:`load_real_model_results`. text: ``"prose"`` or ``"code"``.
+            method: a key of :func:`methods` (``"none"``, ``"linear"``, ``"yarn"``,
+            ...). start, stop: a range of positions, multiples of :data:`BUCKET`.
+            experiment: which runs.
 
     Raises:
         ValueError: no stored bucket in the range, or a bound not a multiple of

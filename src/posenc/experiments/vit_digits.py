@@ -480,10 +480,11 @@ def _cached_run(run, data, device, use_cache, progress, require_cached):
     return run_rows
 
 
-def results_table(rows: list[dict], confidence: float = 0.95) -> str:
+def digits_table(rows: list[dict], confidence: float = 0.95) -> str:
     """A text table: one line per scheme, one column per resolution, each cell the
     mean accuracy (%) over seeds and its Student-t interval
-    (:func:`posenc.stats.mean_ci`); "—" where a scheme has no such evaluation."""
+    (:func:`posenc.experiments.stats.mean_ci`); "—" where a scheme has no such
+    evaluation."""
     from .stats import mean_ci
 
     schemes = list(dict.fromkeys(r["scheme"] for r in rows))

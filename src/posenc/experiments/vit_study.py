@@ -41,8 +41,8 @@ from .vit_digits import (
     DigitsRun,
     digits_experiment,
     digits_runs,
+    digits_table,
     load_digits_split,
-    results_table,
     torch_threads,
     train_and_score,
 )
@@ -310,7 +310,7 @@ def _explore(args: argparse.Namespace) -> int:
         f"trained on 8×8 images, patch size {args.patch_size}; 16×16 = "
         f"{args.upsample} upsampling of the test images"
     )
-    print(results_table(rows))
+    print(digits_table(rows))
     print(f"wall time {time.perf_counter() - start:.1f} s")
     return 0
 
@@ -368,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{summary['computed']} computed now in {summary['wall_seconds']:.0f} s; "
         f"results in {digits_results_dir()}"
     )
-    print(results_table(load_digits_results()))
+    print(digits_table(load_digits_results()))
     return 0
 
 
