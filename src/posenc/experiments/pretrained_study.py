@@ -424,12 +424,22 @@ def _check(threads: int | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m posenc.experiments.pretrained_study``: compute the stored study's
+    missing runs, or ``--list``, ``--verify`` or ``--check`` it
+    (:mod:`posenc.experiments.store`)."""
     parser = argparse.ArgumentParser(
-        prog="python -m posenc.experiments.pretrained_study",
-        description=__doc__.split("\n\n")[0],
+        prog=COMMAND,
+        description=__doc__.split("\n\n")[0]
+        + " Without options: compute the stored study's missing runs "
+        "(src/posenc/results/smollm2/, make study).",
     )
-    store.add_arguments(parser, check="CHECKS")
-    parser.add_argument("--threads", type=int, default=None)
+    store.add_arguments(parser, check="two 1024-token runs (no scaling, YaRN)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (default: torch's own setting)",
+    )
     args = parser.parse_args(argv)
     if args.list:
         store.print_listing(grid(), _stored(), RealRun.key, lambda r: r.label)

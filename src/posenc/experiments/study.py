@@ -554,9 +554,17 @@ def _private_weight_cache() -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m posenc.experiments.study", description=__doc__.split("\n\n")[0]
+        prog=COMMAND,
+        description=__doc__.split("\n\n")[0]
+        + " Without options: compute the stored study's missing runs "
+        "(src/posenc/results/length_generalization/, make study).",
     )
-    parser.add_argument("--name", default="length_generalization")
+    parser.add_argument(
+        "--name",
+        default="length_generalization",
+        help="the study's folder under src/posenc/results/ (default: "
+        "length_generalization; a gpu preset adds -gpu)",
+    )
     parser.add_argument(
         "--preset",
         default="cpu",
@@ -564,14 +572,21 @@ def _parser() -> argparse.ArgumentParser:
         help="which stored study (default: cpu, the one the book reads; gpu is an "
         "explicit choice, never made by the hardware alone)",
     )
-    parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="processes (default: usable cores on a CPU, 1 on a GPU; 0: this one)",
+    )
     parser.add_argument(
         "--threads",
         type=int,
         default=1,
         help="torch threads per process of --check (default 1)",
     )
-    store.add_arguments(parser, check="the reproduction sample")
+    store.add_arguments(
+        parser, check="the reproduction sample (rope, alibi, deberta's probes; seed 0)"
+    )
     parser.add_argument(
         "--kinds",
         default="sweep,lm,probe",

@@ -398,12 +398,11 @@ def digits_experiment(
     The resolutions are :data:`RESOLUTIONS`; why ``patch_size=1`` isolates the
     positions, see the module's docstring.
 
-    Each run is cached on disk (:func:`posenc.train.cache_dir` / ``vit``), keyed by
-    its full configuration (:meth:`DigitsRun.key`), so a second call reads the
-    accuracies back. The book's runs (:data:`posenc.experiments.vit_study.VIT_DIGITS`)
-    are not
-    read from this
-    cache: they are stored in the repository
+    Each run is cached on disk (:func:`posenc.layers.train.cache_dir` / ``vit``),
+    keyed by its full configuration (:meth:`DigitsRun.key`), so a second call reads
+    the accuracies back. The book's runs
+    (:data:`posenc.experiments.vit_study.VIT_DIGITS`) are not read from this cache:
+    they are stored in the repository
     (:func:`posenc.experiments.vit_study.load_digits_results`).
 
     Args:
