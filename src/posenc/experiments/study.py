@@ -20,9 +20,8 @@ the probes (:mod:`posenc.experiments.probes`), the language-modelling evaluation
 (:mod:`posenc.experiments.lm_evaluation`), the statistics
 (:mod:`posenc.experiments.stats`) and the prose quotes (:mod:`posenc.book.quotes`); the
 stored-results protocol is :mod:`posenc.experiments.store`'s. This module runs one cell,
-the grid and the check; it also re-exports the parts' names (``from
-posenc.experiments.study import PRESETS, mean_ci, ...``); the prose quotes are
-:class:`posenc.book.quotes.Quotes`.
+the grid and the check, and loads the stored study (:func:`load_records`,
+:func:`load_results`); a chapter imports each part's names from its own module.
 
 The design, the protocols and the statistics are explained in the chapter "Length
 generalization: a controlled study". Usage::
@@ -47,89 +46,22 @@ import torch
 
 from . import store
 from ..layers.data import Corpus
-from .lm_evaluation import window_losses
 from ..layers.model import TinyLM
-from .probes import (
-    COPY_SEGMENT,
-    PASSKEY_LENGTH,
-    PROBE_FLOORS,
-    PROBES,
-    RECALL_PAIRS,
-    copy_floor,
-    passkey_floor,
-    probe_accuracy,
-    probe_batch,
-    probe_floor,
-    probe_learned,
-    recall_floor,
-)
-from .stats import mean_ci, paired_difference, quote, results_table, summarize
+from ..layers.train import fit, scheme_arguments, tqdm, train
+from ..utils import get_device, seed_everything, usable_cpus
+from .lm_evaluation import window_losses
+from .probes import PROBES, probe_accuracy, probe_batch
 from .store import StaleResultsError, results_dir
 from .study_grid import (
     MULTIPLES,
-    P_ROPE_FRACTION,
     PRESETS,
-    STUDY_LAYER_PRESETS,
-    STUDY_VERSION,
-    CorpusIdentity,
     StudyRun,
     best_learning_rates,
-    bucket_variants,
     main_runs,
-    pattern_variants,
     stored_corpus,
     study_corpus,
     sweep_runs,
 )
-from ..layers.train import fit, scheme_arguments, tqdm, train
-from ..utils import get_device, seed_everything, usable_cpus
-
-__all__ = [
-    "COPY_SEGMENT",
-    "MULTIPLES",
-    "PASSKEY_LENGTH",
-    "PRESETS",
-    "PROBES",
-    "PROBE_FLOORS",
-    "P_ROPE_FRACTION",
-    "RECALL_PAIRS",
-    "REPRODUCE_PROBE_TASKS",
-    "REPRODUCE_SAMPLE",
-    "REPRODUCE_TOLERANCE",
-    "STUDY_LAYER_PRESETS",
-    "STUDY_VERSION",
-    "CorpusIdentity",
-    "StaleResultsError",
-    "StudyRun",
-    "best_learning_rates",
-    "bucket_variants",
-    "copy_floor",
-    "execute",
-    "grid",
-    "load_records",
-    "load_results",
-    "main",
-    "main_runs",
-    "mean_ci",
-    "paired_difference",
-    "passkey_floor",
-    "pattern_variants",
-    "probe_accuracy",
-    "probe_batch",
-    "probe_floor",
-    "probe_learned",
-    "quote",
-    "recall_floor",
-    "reproduce",
-    "results_dir",
-    "results_table",
-    "run_study",
-    "stored_corpus",
-    "study_corpus",
-    "summarize",
-    "sweep_runs",
-    "window_losses",
-]
 
 #: The study's command, named by the staleness messages.
 COMMAND = "python -m posenc.experiments.study"
