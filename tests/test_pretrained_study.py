@@ -34,6 +34,9 @@ def test_the_stored_real_model_study_covers_its_grid():
     df = pretrained_study.load_real_model_results()
     assert set(df[df.experiment != "streaming"].method) == set(pretrained_study.methods())
     assert set(df[df.experiment == "streaming"].method) == set(pretrained_study.STREAMING)
+    runs = pretrained_study.stored_provenance()
+    assert [r["run"] for r in runs] == [r.label for r in pretrained_study.grid()]
+    assert all("seconds" in r and "date" in r for r in runs)
 
 
 def test_the_stored_short_runs_reproduce(smollm2):

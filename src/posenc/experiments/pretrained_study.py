@@ -349,7 +349,7 @@ def range_perplexity(
     return math.exp(loss)
 
 
-def provenance() -> list[dict]:
+def stored_provenance() -> list[dict]:
     """Each stored run's label and provenance (versions, machine, date, seconds)."""
     return [
         {
