@@ -45,9 +45,9 @@ def test_every_row_links_a_section_and_is_in_the_index():
 
 
 def test_past_the_context_smollm2_values_are_the_stored_runs():
-    from posenc.experiments.pretrained_study import load_results, range_perplexity
+    from posenc.experiments.pretrained_study import load_real_model_results, range_perplexity
 
-    df = load_results()
+    df = load_real_model_results()
     L = 8192
 
     def ppl(text, method, start, stop):

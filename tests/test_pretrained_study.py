@@ -31,9 +31,12 @@ def test_the_stored_real_model_study_covers_its_grid():
         } <= set(record["provenance"])
         tokens = record["config"]["tokens"]
         assert len(record["results"]["bucket_loss"]) == -(-(tokens - 1) // 64)
-    df = pretrained_study.load_results()
+    df = pretrained_study.load_real_model_results()
     assert set(df[df.experiment != "streaming"].method) == set(pretrained_study.methods())
     assert set(df[df.experiment == "streaming"].method) == set(pretrained_study.STREAMING)
+    runs = pretrained_study.stored_provenance()
+    assert [r["run"] for r in runs] == [r.label for r in pretrained_study.grid()]
+    assert all("seconds" in r and "date" in r for r in runs)
 
 
 def test_the_stored_short_runs_reproduce(smollm2):
@@ -54,7 +57,7 @@ def test_the_stored_runs_agree_where_they_overlap():
     """A causal model's loss at position t depends only on tokens 0 … t + 1: the unscaled
     16K run's first 8192 positions are the first 8K chunk, and the 1024-token check run is
     their start (every full bucket, to the bit on the machine that stored them)."""
-    df = pretrained_study.load_results()
+    df = pretrained_study.load_real_model_results()
     unscaled = df[df.method == "none"]
 
     def buckets(experiment, text, chunk, below):

@@ -15,21 +15,21 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from scipy import stats
+from scipy import stats as scipy_stats
 
 import posenc.experiments.study as study
 import posenc.experiments.study_grid as study_grid
 from posenc.book.quotes import Quotes
-from posenc.experiments import probes
+from posenc.experiments import lm_evaluation, probes, stats, store
 from posenc.layers.model import ModelConfig, TinyLM
 from posenc.schemes import available_schemes
 
 
-@pytest.mark.parametrize("task", sorted(study.PROBES))
+@pytest.mark.parametrize("task", sorted(probes.PROBES))
 @pytest.mark.parametrize("seq_len", [40, 64, 512])
 def test_probe_batch_scores_exactly_the_answer(task, seq_len):
     g = torch.Generator().manual_seed(0)
-    x, y, depth = study.probe_batch(task, 64, seq_len, generator=g)
+    x, y, depth = probes.probe_batch(task, 64, seq_len, generator=g)
     assert x.shape == y.shape == (64, seq_len) and depth.shape == (64,)
     assert x.dtype == y.dtype == torch.int64
     assert ((0 <= depth) & (depth <= 1)).all()
@@ -49,7 +49,7 @@ def test_probe_batch_scores_exactly_the_answer(task, seq_len):
 
 def test_probe_answer_is_where_the_needle_was():
     g = torch.Generator().manual_seed(1)
-    x, y, depth = study.probe_batch("passkey", 16, 200, generator=g)
+    x, y, depth = probes.probe_batch("passkey", 16, 200, generator=g)
     for b in range(16):
         start = (x[b] == probes._MARK).nonzero().flatten()
         assert len(start) == 1 and depth[b] == start[0] / 200
@@ -63,7 +63,7 @@ def test_probe_answer_is_where_the_needle_was():
 )
 def test_probe_batch_rejects_bad_input(task, seq_len, match):
     with pytest.raises(ValueError, match=match):
-        study.probe_batch(task, 2, seq_len, generator=torch.Generator())
+        probes.probe_batch(task, 2, seq_len, generator=torch.Generator())
 
 
 def _tiny(scheme="rope", **options):
@@ -90,10 +90,10 @@ def _naive_block_losses(model, documents, L, E):
 
 
 def _play_guessers(task: str, sequences: int, seq_len: int, seed: int) -> dict[str, float]:
-    """The two position-free guessers of study.probe_floor, played on sequences of the
+    """The two position-free guessers of probes.probe_floor, played on sequences of the
     generator: each sees the multiset of bytes before the target (and, the bag guesser,
     the answers it already gave), never their positions."""
-    x, y, _ = study.probe_batch(task, sequences, seq_len, generator=torch.Generator().manual_seed(seed))
+    x, y, _ = probes.probe_batch(task, sequences, seq_len, generator=torch.Generator().manual_seed(seed))
     lo, hi = probes._VALUES if task == "associative_recall" else probes._SYMBOLS
     uniform, bag = [], []
     for row_x, row_y in zip(x.tolist(), y.tolist()):
@@ -119,17 +119,17 @@ def _play_guessers(task: str, sequences: int, seq_len: int, seed: int) -> dict[s
     return {"uniform": float(np.mean(uniform)), "bag": float(np.mean(bag)), "sem": float(np.std(bag) / len(bag) ** 0.5)}
 
 
-@pytest.mark.parametrize("task", sorted(study.PROBES))
+@pytest.mark.parametrize("task", sorted(probes.PROBES))
 def test_probe_floors_are_what_position_free_guessers_score_on_the_generator(task):
-    exact = study.PROBE_FLOORS[task]()
+    exact = probes.PROBE_FLOORS[task]()
     played = _play_guessers(task, sequences=1500, seq_len=64, seed=3)
     for guesser in ("uniform", "bag"):
         assert played[guesser] == pytest.approx(exact[guesser], abs=max(4 * played["sem"], 1e-9)), guesser
-    assert study.probe_floor(task) == exact["bag"] > exact["uniform"] > 1 / 32  # above the old 'chance'
+    assert probes.probe_floor(task) == exact["bag"] > exact["uniform"] > 1 / 32  # above the old 'chance'
 
 
 def test_probe_floors_in_closed_form():
-    assert study.copy_floor() == {"uniform": 1 / 16, "bag": pytest.approx(sum(1 / k for k in range(1, 16)) / 15)}
+    assert probes.copy_floor() == {"uniform": 1 / 16, "bag": pytest.approx(sum(1 / k for k in range(1, 16)) / 15)}
     # one answer drawn from a alphabet: both guessers are always right
     assert probes._iid_floors(1, 32) == {"uniform": 1.0, "bag": 1.0}
     # two answers from two values: equal with probability 1/2 (then both right), else the uniform
@@ -138,13 +138,13 @@ def test_probe_floors_in_closed_form():
     assert sum(probes._pattern_probability(p, 32) for p in probes._set_partitions(5)) == pytest.approx(1.0)
     assert len(list(probes._set_partitions(5))) == 52  # the Bell number B5
     with pytest.raises(ValueError, match="task must be one of"):
-        study.probe_floor("needle")
+        probes.probe_floor("needle")
 
 
 def test_probe_learned_is_halfway_from_the_floor():
-    floor = study.probe_floor("passkey")
-    assert study.probe_learned(floor + (1 - floor) / 2, "passkey")
-    assert not study.probe_learned(floor + (1 - floor) / 2 - 1e-6, "passkey")
+    floor = probes.probe_floor("passkey")
+    assert probes.probe_learned(floor + (1 - floor) / 2, "passkey")
+    assert not probes.probe_learned(floor + (1 - floor) / 2 - 1e-6, "passkey")
 
 
 @pytest.mark.parametrize("scheme", ["rope", "sinusoidal", "shaw"])
@@ -155,7 +155,7 @@ def test_window_losses_match_a_naive_loop(scheme):
         for n in (100, 37, 260)
     ]
     model, L = _tiny(scheme), 16
-    got = study.window_losses(model, documents, L, (1, 2, 4), tokens_per_batch=64)
+    got = lm_evaluation.window_losses(model, documents, L, (1, 2, 4), tokens_per_batch=64)
     for m in (1, 2, 4):
         naive = _naive_block_losses(model, documents, L, m * L)
         assert got["sliding"][m * L] == pytest.approx(
@@ -170,22 +170,22 @@ def test_window_losses_match_a_naive_loop(scheme):
 def test_window_losses_sample_blocks_and_skip_lengths_past_a_learned_table():
     g = torch.Generator().manual_seed(0)
     documents = [torch.randint(0, 256, (300,), generator=g, dtype=torch.uint8)]
-    full = study.window_losses(_tiny(), documents, 16, (1,))
-    every3 = study.window_losses(_tiny(), documents, 16, (1,), block_every=3)
+    full = lm_evaluation.window_losses(_tiny(), documents, 16, (1,))
+    every3 = lm_evaluation.window_losses(_tiny(), documents, 16, (1,), block_every=3)
     assert every3["blocks"] == math.ceil(full["blocks"] / 3)
     learned = _tiny("learned", max_len=32)
-    got = study.window_losses(learned, documents, 16, (1, 2, 4))
+    got = lm_evaluation.window_losses(learned, documents, 16, (1, 2, 4))
     assert sorted(got["sliding"]) == [16, 32]
 
 
 def test_mean_ci_is_the_student_t_interval():
     values = [2.1, 2.3, 2.2, 2.6]
-    mean, lo, hi = study.mean_ci(values)
-    ref = stats.t.interval(
-        0.95, len(values) - 1, loc=np.mean(values), scale=stats.sem(values)
+    mean, lo, hi = stats.mean_ci(values)
+    ref = scipy_stats.t.interval(
+        0.95, len(values) - 1, loc=np.mean(values), scale=scipy_stats.sem(values)
     )
     assert (lo, hi) == pytest.approx(ref) and mean == pytest.approx(np.mean(values))
-    assert all(math.isnan(v) for v in study.mean_ci([1.0])[1:])
+    assert all(math.isnan(v) for v in stats.mean_ci([1.0])[1:])
 
 
 def _frame(rows):
@@ -200,62 +200,62 @@ def test_paired_difference_pairs_by_seed():
     noise = [0.0, 5.0, -5.0]
     rows = [("a", s, n) for s, n in enumerate(noise)]
     rows += [("b", s, n + 1.0) for s, n in enumerate(noise)]
-    got = study.paired_difference(_frame(rows), "b", "a")
+    got = stats.paired_difference(_frame(rows), "b", "a")
     assert got["mean"] == pytest.approx(1.0) and got["n"] == 3
     assert got["lower"] == pytest.approx(1.0) and got["resolved"]
-    a, b = study.mean_ci(noise), study.mean_ci([n + 1 for n in noise])
+    a, b = stats.mean_ci(noise), stats.mean_ci([n + 1 for n in noise])
     assert a[2] > b[1]  # unpaired intervals overlap
-    unresolved = study.paired_difference(
+    unresolved = stats.paired_difference(
         _frame([("a", 0, 0.0), ("a", 1, 1.0), ("b", 0, 1.0), ("b", 1, 0.0)]), "a", "b"
     )
     assert not unresolved["resolved"]
     with pytest.raises(ValueError, match="share no seed"):
-        study.paired_difference(_frame([("a", 0, 1.0), ("b", 1, 1.0)]), "a", "b")
+        stats.paired_difference(_frame([("a", 0, 1.0), ("b", 1, 1.0)]), "a", "b")
 
 
 def test_keys_follow_the_configuration():
-    corpus = study.study_corpus()
-    run = study.StudyRun("lm", "t5", "t5", "{}", 0, 64, 3e-3)
-    assert run.key(corpus) == study.StudyRun(**json.loads(json.dumps(
+    corpus = study_grid.study_corpus()
+    run = study_grid.StudyRun("lm", "t5", "t5", "{}", 0, 64, 3e-3)
+    assert run.key(corpus) == study_grid.StudyRun(**json.loads(json.dumps(
         run.__dict__))).key(corpus)
     # an option spelled out at its default is the same run; another value is not
-    default = study.StudyRun("lm", "t5", "t5", '{"max_distance": 128}', 0, 64, 3e-3)
-    other = study.StudyRun("lm", "t5", "t5", '{"max_distance": 64}', 0, 64, 3e-3)
+    default = study_grid.StudyRun("lm", "t5", "t5", '{"max_distance": 128}', 0, 64, 3e-3)
+    other = study_grid.StudyRun("lm", "t5", "t5", '{"max_distance": 64}', 0, 64, 3e-3)
     assert default.key(corpus) == run.key(corpus) != other.key(corpus)
     for changed in ({"seed": 1}, {"lr": 1e-2}, {"kind": "probe"}, {"train_length": 256}):
-        assert study.StudyRun(**{**run.__dict__, **changed}).key(corpus) != run.key(
+        assert study_grid.StudyRun(**{**run.__dict__, **changed}).key(corpus) != run.key(
             corpus
         )
 
 
 def test_the_grid_holds_every_registered_scheme():
-    preset = study.PRESETS["cpu"]
+    preset = study_grid.PRESETS["cpu"]
     lrs = dict.fromkeys(available_schemes(), 3e-3)
-    runs = study.main_runs(lrs)
+    runs = study_grid.main_runs(lrs)
     for kind in ("lm", "probe"):
         for scheme in available_schemes():
             seeds = {r.seed for r in runs if r.kind == kind and r.label == scheme}
             assert seeds == set(preset["seeds"]), (kind, scheme)
     assert len(preset["seeds"]) >= 3
     labels = {r.label for r in runs}
-    assert set(study.bucket_variants(64)) <= labels
+    assert set(study_grid.bucket_variants(64)) <= labels
     long = {r.label for r in runs if r.train_length == preset["long_length"]}
     assert long == set(preset["long_schemes"])
     assert {r.lr for r in runs if r.kind == "probe"} == {preset["probe_lr"]}
-    sweep = study.sweep_runs()
+    sweep = study_grid.sweep_runs()
     assert {(r.scheme, r.lr) for r in sweep} == {
         (s, lr) for s in available_schemes() for lr in preset["learning_rates"]
     }
 
 
 def test_the_grid_holds_the_variants_of_todays_models():
-    preset = study.PRESETS["cpu"]
+    preset = study_grid.PRESETS["cpu"]
     lrs = dict.fromkeys(available_schemes(), 3e-3)
     lrs["rope"] = 1e-2
-    runs = study.main_runs(lrs)
-    variants = study.pattern_variants(64, preset["model"]["num_layers"])
-    assert {f"pattern: {name}" for name in study.STUDY_LAYER_PRESETS} | {
-        f"rope, p = {study.P_ROPE_FRACTION}"
+    runs = study_grid.main_runs(lrs)
+    variants = study_grid.pattern_variants(64, preset["model"]["num_layers"])
+    assert {f"pattern: {name}" for name in study_grid.STUDY_LAYER_PRESETS} | {
+        f"rope, p = {study_grid.P_ROPE_FRACTION}"
     } == set(variants)
     for label in variants:
         for kind in ("lm", "probe"):
@@ -275,17 +275,17 @@ def test_the_grid_holds_the_variants_of_todays_models():
     scheme = p_rope.configs()[0]
     assert scheme.scheme_options["scaling"]["rope_type"] == "proportional"
     # a uniform model's key does not depend on the layers field
-    uniform = study.StudyRun("lm", "rope", "rope", "{}", 0, 64, 3e-3)
+    uniform = study_grid.StudyRun("lm", "rope", "rope", "{}", 0, 64, 3e-3)
     assert "layers" not in uniform.configs()[0].to_dict()
 
 
 @pytest.fixture
 def tiny_preset(monkeypatch, tmp_path):
     monkeypatch.setitem(
-        study.PRESETS,
+        study_grid.PRESETS,
         "tiny",
         {
-            **study.PRESETS["cpu"],
+            **study_grid.PRESETS["cpu"],
             "model": {"d_model": 8, "num_heads": 1, "num_layers": 1},
             "train": {"seq_len": 64, "batch_size": 2, "steps": 2, "warmup_steps": 1},
             "learning_rates": (1e-3, 3e-3),
@@ -308,7 +308,7 @@ def tiny_preset(monkeypatch, tmp_path):
 
 
 def test_the_study_resumes_and_its_results_load(tiny_preset):
-    with pytest.raises(study.StaleResultsError, match="make study"):
+    with pytest.raises(store.StaleResultsError, match="make study"):
         study.load_results("s", preset="tiny")
     first = study.run_study("s", preset="tiny", workers=0)
     folder = tiny_preset / "s-tiny"
@@ -321,14 +321,15 @@ def test_the_study_resumes_and_its_results_load(tiny_preset):
     for column in ("scheme", "seed", "train_length", "eval_length", "task", "metric",
                    "value"):
         assert column in df.columns
-    assert set(df["task"]) == {"language_modeling", *study.PROBES}
+    assert set(df["task"]) == {"language_modeling", *probes.PROBES}
     record = json.loads(files[0].read_text())
     for field in ("posenc", "torch", "cpu", "date", "wall_seconds"):
         assert field in record["provenance"]
+    assert record["model"]["head_dim"] == 8 and "d_head" not in record["model"]
     # a stale file (a run no longer in the grid) is pruned; a missing one is stale
     (folder / "lm-old-s0-L64-0000.json").write_text("{}")
     next(folder.glob("lm-*.json")).unlink()
-    with pytest.raises(study.StaleResultsError, match="1 of 13 runs"):
+    with pytest.raises(store.StaleResultsError, match="1 of 13 runs"):
         study.load_results("s", preset="tiny")
     assert len(study.load_results("s", preset="tiny", strict=False)) > 0
     study.run_study("s", preset="tiny", workers=0)
@@ -347,8 +348,8 @@ def test_the_stored_study_covers_the_current_grid():
         got = lm[lm["scheme"] == scheme]
         assert set(got["seed"]) >= {0, 1, 2}, scheme
         assert got["eval_length"].max() >= 8 * 64 or scheme == "learned", scheme
-    probes = df[df["task"] != "language_modeling"]
-    assert set(probes["task"]) == set(study.PROBES)
+    probe_rows = df[df["task"] != "language_modeling"]
+    assert set(probe_rows["task"]) == set(probes.PROBES)
     assert np.isfinite(df["value"]).all()
 
 
@@ -356,10 +357,10 @@ def test_stored_results_load_on_another_python(monkeypatch):
     """The stdlib differs between Python versions (Colab): the stored study still loads,
     its keys checked with the stored corpus's identity; reproducing it here refuses
     with the reason."""
-    other = study.CorpusIdentity("python-stdlib-recursive", "0" * 16)
+    other = study_grid.CorpusIdentity("python-stdlib-recursive", "0" * 16)
     monkeypatch.setattr(study, "study_corpus", lambda: other)
     assert len(study.load_records()) == len(study.grid())
-    with pytest.raises(study.StaleResultsError, match="cannot be reproduced here"):
+    with pytest.raises(store.StaleResultsError, match="cannot be reproduced here"):
         study.reproduce()
 
 
@@ -374,7 +375,7 @@ def test_quotes_put_paired_intervals_into_words():
     q = Quotes(df, train_length=64)
     d = q.change("a", 8)
     assert d["mean"] == pytest.approx(0.5) and d["n"] == 3
-    assert (d["lower"], d["upper"]) == pytest.approx(study.mean_ci([0.5, 0.6, 0.4])[1:])
+    assert (d["lower"], d["upper"]) == pytest.approx(stats.mean_ci([0.5, 0.6, 0.4])[1:])
     assert q.moves(d).startswith("rises by 0.500 [")
     flat = {"mean": 0.001, "lower": -0.01, "upper": 0.012, "n": 3, "resolved": False}
     assert q.moves(flat) == ("changes by +0.001 [-0.010, +0.012] nats per byte "
@@ -418,7 +419,7 @@ def test_quotes_change_keeps_the_stored_values():
                 diff = (q.values(scheme, m, metric) - q.values(scheme, 1, metric)).dropna()
                 if diff.empty:
                     continue
-                mean, lower, upper = study.mean_ci(diff)
+                mean, lower, upper = stats.mean_ci(diff)
                 d = q.change(scheme, m, metric=metric)
                 assert (d["mean"], d["lower"], d["upper"]) == pytest.approx(
                     (mean, lower, upper), rel=1e-12, abs=1e-15), (scheme, m, metric)
@@ -426,3 +427,29 @@ def test_quotes_change_keeps_the_stored_values():
                 assert d["resolved"] == bool(lower > 0 or upper < 0)
                 compared += 1
     assert compared > 50
+
+
+def test_stored_keys_are_their_runs_keys_and_old_records_say_head_dim():
+    """A record's key (and file name) is recomputed from its run alone, with the
+    stored corpus's identity; records stored with ``d_head`` load with ``head_dim``."""
+    folder = store.results_dir("length_generalization")
+    raw = {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
+    corpus = study_grid.stored_corpus(raw)
+    kinds = {}
+    for name, rec in raw.items():
+        kinds.setdefault(rec["run"]["kind"], []).append((name, rec))
+    sample = [pair for pairs in kinds.values() for pair in pairs[:2]]
+    assert {rec["run"]["kind"] for _, rec in sample} == {"sweep", "lm", "probe"}
+    for name, rec in sample:
+        run = study_grid.StudyRun(**rec["run"])
+        assert run.key(corpus) == rec["key"] == name
+        model_cfg = run.configs()[0]
+        upgraded = study.upgrade_record(rec)["model"]
+        assert "d_head" not in upgraded
+        assert upgraded["head_dim"] == model_cfg.d_model // model_cfg.num_heads
+    assert any("d_head" in rec["model"] for rec in raw.values())  # old records
+    loaded = study.load_records()
+    assert all("head_dim" in r["model"] and "d_head" not in r["model"] for r in loaded)
+    with pytest.raises(ValueError, match="both 'd_head' and 'head_dim'"):
+        study.upgrade_record({"key": "k", "model": {"d_head": 4, "head_dim": 4}})
+    assert study.upgrade_record({"key": "k"}) == {"key": "k"}

@@ -33,8 +33,8 @@ from posenc.layers.vit import VIT_SCHEMES, TinyViT, ViTConfig, patchify
 from posenc.experiments.vit_digits import (
     accuracy,
     digits_experiment,
+    digits_table,
     load_digits_split,
-    results_table,
     train_vit,
     upsample,
 )
@@ -368,7 +368,7 @@ def test_digits_experiment_rows_and_cache(tmp_path, monkeypatch):
     assert again == rows  # read back from the cache, train_seconds included
     fresh = digits_experiment(("rope_2d",), (0,), device="cpu", use_cache=False, **kw)
     assert [r["accuracy"] for r in fresh] == [r["accuracy"] for r in rows[2:]]
-    table = results_table(rows)
+    table = digits_table(rows)
     assert "rope_2d" in table and "—" in table and "16x16 scaled" in table
 
 

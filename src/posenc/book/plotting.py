@@ -338,11 +338,11 @@ def interval_plot(
 ):
     """Mean over seeds with its 95 % confidence interval (error bars) against
     evaluation length, one line per scheme, from
-    :func:`posenc.experiments.study.summarize`.
+    :func:`posenc.experiments.stats.summarize`.
 
     Args:
         ax: the Axes. summary: the DataFrame of
-            :func:`posenc.experiments.study.summarize`.
+            :func:`posenc.experiments.stats.summarize`.
         schemes: labels to draw, in order (default: every label in ``summary``).
         train_length: which training length's rows; marked with a dashed line.
         task, metric: which values. ylabel, title: text.

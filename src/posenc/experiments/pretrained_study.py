@@ -283,7 +283,7 @@ def load_records(*, strict: bool = True) -> list[dict]:
     )
 
 
-def load_results(*, strict: bool = True):
+def load_real_model_results(*, strict: bool = True):
     """The stored results as a long DataFrame: one row per run and bucket, columns
     ``experiment, text, tokens, chunk, method, position, loss`` (position = the first
     position of the bucket of :data:`BUCKET` positions; the loss of predicting token
@@ -314,9 +314,10 @@ def range_perplexity(
     nothing), averaged over the runs' chunks alike.
 
     Args:
-        df: :func:`load_results`. text: ``"prose"`` or ``"code"``. method: a key of
-            :func:`methods` (``"none"``, ``"linear"``, ``"yarn"``, ...). start, stop:
-            a range of positions, multiples of :data:`BUCKET`. experiment: which runs.
+        df: :func:`load_real_model_results`. text: ``"prose"`` or ``"code"``.
+            method: a key of :func:`methods` (``"none"``, ``"linear"``, ``"yarn"``,
+            ...). start, stop: a range of positions, multiples of :data:`BUCKET`.
+            experiment: which runs.
 
     Raises:
         ValueError: no stored bucket in the range, or a bound not a multiple of
@@ -348,7 +349,7 @@ def range_perplexity(
     return math.exp(loss)
 
 
-def provenance() -> list[dict]:
+def stored_provenance() -> list[dict]:
     """Each stored run's label and provenance (versions, machine, date, seconds)."""
     return [
         {
@@ -423,12 +424,22 @@ def _check(threads: int | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m posenc.experiments.pretrained_study``: compute the stored study's
+    missing runs, or ``--list``, ``--verify`` or ``--check`` it
+    (:mod:`posenc.experiments.store`)."""
     parser = argparse.ArgumentParser(
-        prog="python -m posenc.experiments.pretrained_study",
-        description=__doc__.split("\n\n")[0],
+        prog=COMMAND,
+        description=__doc__.split("\n\n")[0]
+        + " Without options: compute the stored study's missing runs "
+        "(src/posenc/results/smollm2/, make study).",
     )
-    store.add_arguments(parser, check="CHECKS")
-    parser.add_argument("--threads", type=int, default=None)
+    store.add_arguments(parser, check="two 1024-token runs (no scaling, YaRN)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (default: torch's own setting)",
+    )
     args = parser.parse_args(argv)
     if args.list:
         store.print_listing(grid(), _stored(), RealRun.key, lambda r: r.label)

@@ -113,8 +113,9 @@ def results_table(
     process the length (a learned table past its end).
 
     Args:
-        df: :func:`load_results`. schemes: labels to show, in order (default: all of
-            ``df``'s at this training length). train_length: L. multiples: columns.
+        df: :func:`posenc.experiments.study.load_results`. schemes: labels to show,
+            in order (default: all of ``df``'s at this training length).
+            train_length: L. multiples: columns.
         task, metric: which values. digits: decimals.
     """
     sel = _main_rows(df)

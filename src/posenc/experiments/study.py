@@ -20,9 +20,8 @@ the probes (:mod:`posenc.experiments.probes`), the language-modelling evaluation
 (:mod:`posenc.experiments.lm_evaluation`), the statistics
 (:mod:`posenc.experiments.stats`) and the prose quotes (:mod:`posenc.book.quotes`); the
 stored-results protocol is :mod:`posenc.experiments.store`'s. This module runs one cell,
-the grid and the check; it also re-exports the parts' names (``from
-posenc.experiments.study import PRESETS, mean_ci, ...``); the prose quotes are
-:class:`posenc.book.quotes.Quotes`.
+the grid and the check, and loads the stored study (:func:`load_records`,
+:func:`load_results`); a chapter imports each part's names from its own module.
 
 The design, the protocols and the statistics are explained in the chapter "Length
 generalization: a controlled study". Usage::
@@ -47,89 +46,22 @@ import torch
 
 from . import store
 from ..layers.data import Corpus
-from .lm_evaluation import window_losses
 from ..layers.model import TinyLM
-from .probes import (
-    COPY_SEGMENT,
-    PASSKEY_LENGTH,
-    PROBE_FLOORS,
-    PROBES,
-    RECALL_PAIRS,
-    copy_floor,
-    passkey_floor,
-    probe_accuracy,
-    probe_batch,
-    probe_floor,
-    probe_learned,
-    recall_floor,
-)
-from .stats import mean_ci, paired_difference, quote, results_table, summarize
+from ..layers.train import fit, scheme_arguments, tqdm, train
+from ..utils import get_device, seed_everything, usable_cpus
+from .lm_evaluation import window_losses
+from .probes import PROBES, probe_accuracy, probe_batch
 from .store import StaleResultsError, results_dir
 from .study_grid import (
     MULTIPLES,
-    P_ROPE_FRACTION,
     PRESETS,
-    STUDY_LAYER_PRESETS,
-    STUDY_VERSION,
-    CorpusIdentity,
     StudyRun,
     best_learning_rates,
-    bucket_variants,
     main_runs,
-    pattern_variants,
     stored_corpus,
     study_corpus,
     sweep_runs,
 )
-from ..layers.train import fit, scheme_arguments, tqdm, train
-from ..utils import get_device, seed_everything, usable_cpus
-
-__all__ = [
-    "COPY_SEGMENT",
-    "MULTIPLES",
-    "PASSKEY_LENGTH",
-    "PRESETS",
-    "PROBES",
-    "PROBE_FLOORS",
-    "P_ROPE_FRACTION",
-    "RECALL_PAIRS",
-    "REPRODUCE_PROBE_TASKS",
-    "REPRODUCE_SAMPLE",
-    "REPRODUCE_TOLERANCE",
-    "STUDY_LAYER_PRESETS",
-    "STUDY_VERSION",
-    "CorpusIdentity",
-    "StaleResultsError",
-    "StudyRun",
-    "best_learning_rates",
-    "bucket_variants",
-    "copy_floor",
-    "execute",
-    "grid",
-    "load_records",
-    "load_results",
-    "main",
-    "main_runs",
-    "mean_ci",
-    "paired_difference",
-    "passkey_floor",
-    "pattern_variants",
-    "probe_accuracy",
-    "probe_batch",
-    "probe_floor",
-    "probe_learned",
-    "quote",
-    "recall_floor",
-    "reproduce",
-    "results_dir",
-    "results_table",
-    "run_study",
-    "stored_corpus",
-    "study_corpus",
-    "summarize",
-    "sweep_runs",
-    "window_losses",
-]
 
 #: The study's command, named by the staleness messages.
 COMMAND = "python -m posenc.experiments.study"
@@ -221,7 +153,7 @@ def execute(run: StudyRun, corpus: Corpus | None = None, *, device=None) -> dict
         "model": {
             **model_cfg.to_dict(),
             "scheme_options": scheme_arguments(model_cfg),
-            "d_head": model_cfg.d_model // model_cfg.num_heads,
+            "head_dim": model_cfg.d_model // model_cfg.num_heads,
         },
         "train": asdict(train_cfg),
         "evaluation": run.evaluation(),
@@ -255,8 +187,36 @@ def _folder(name: str, preset: str) -> Path:
     return results_dir(name if preset == "cpu" else f"{name}-{preset}")
 
 
+#: Fields of a record's ``model`` renamed since the study was stored: ``{old: new}``.
+#: A record's key is its run's (:meth:`StudyRun.key`), which no record field enters,
+#: so a record stored under the old name keeps its key and file name.
+RENAMED_MODEL_FIELDS = {"d_head": "head_dim"}
+
+
+def upgrade_record(record: dict) -> dict:
+    """A stored record with the names of today: each field of its ``model`` section
+    named in :data:`RENAMED_MODEL_FIELDS` renamed (``d_head`` → ``head_dim``, the
+    per-head width d_model / num_heads). Returns a new dict; ``record`` is unchanged.
+
+    Raises:
+        ValueError: the record has both the old and the new name of a field.
+    """
+    if "model" not in record:
+        return dict(record)
+    model = dict(record["model"])
+    for old, new in RENAMED_MODEL_FIELDS.items():
+        if old in model:
+            if new in model:
+                raise ValueError(
+                    f"record {record.get('key')!r} has both {old!r} and {new!r}"
+                )
+            model[new] = model.pop(old)
+    return {**record, "model": model}
+
+
 def _stored(name: str, preset: str) -> dict[str, dict]:
-    return store.read_records(_folder(name, preset))
+    records = store.read_records(_folder(name, preset))
+    return {key: upgrade_record(rec) for key, rec in records.items()}
 
 
 def _run_cell(run: StudyRun, device: str) -> dict:
@@ -526,9 +486,17 @@ def _private_weight_cache() -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m posenc.experiments.study", description=__doc__.split("\n\n")[0]
+        prog=COMMAND,
+        description=__doc__.split("\n\n")[0]
+        + " Without options: compute the stored study's missing runs "
+        "(src/posenc/results/length_generalization/, make study).",
     )
-    parser.add_argument("--name", default="length_generalization")
+    parser.add_argument(
+        "--name",
+        default="length_generalization",
+        help="the study's folder under src/posenc/results/ (default: "
+        "length_generalization; a gpu preset adds -gpu)",
+    )
     parser.add_argument(
         "--preset",
         default="cpu",
@@ -536,14 +504,21 @@ def _parser() -> argparse.ArgumentParser:
         help="which stored study (default: cpu, the one the book reads; gpu is an "
         "explicit choice, never made by the hardware alone)",
     )
-    parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="processes (default: usable cores on a CPU, 1 on a GPU; 0: this one)",
+    )
     parser.add_argument(
         "--threads",
         type=int,
         default=1,
         help="torch threads per process of --check (default 1)",
     )
-    store.add_arguments(parser, check="the reproduction sample")
+    store.add_arguments(
+        parser, check="the reproduction sample (rope, alibi, deberta's probes; seed 0)"
+    )
     parser.add_argument(
         "--kinds",
         default="sweep,lm,probe",

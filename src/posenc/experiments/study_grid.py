@@ -194,7 +194,9 @@ class StudyRun:
         }
 
     def key(self, corpus: Corpus) -> str:
-        """A stable hash of everything that determines this run's results."""
+        """A stable hash of everything that determines this run's results, computed
+        from the run alone: no field of a stored record (such as its ``model``
+        section's ``head_dim``, stored as ``d_head`` before) enters it."""
         model_cfg, train_cfg = self.configs()
         payload = {
             "study": STUDY_VERSION,

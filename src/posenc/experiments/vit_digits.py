@@ -398,12 +398,11 @@ def digits_experiment(
     The resolutions are :data:`RESOLUTIONS`; why ``patch_size=1`` isolates the
     positions, see the module's docstring.
 
-    Each run is cached on disk (:func:`posenc.train.cache_dir` / ``vit``), keyed by
-    its full configuration (:meth:`DigitsRun.key`), so a second call reads the
-    accuracies back. The book's runs (:data:`posenc.experiments.vit_study.VIT_DIGITS`)
-    are not
-    read from this
-    cache: they are stored in the repository
+    Each run is cached on disk (:func:`posenc.layers.train.cache_dir` / ``vit``),
+    keyed by its full configuration (:meth:`DigitsRun.key`), so a second call reads
+    the accuracies back. The book's runs
+    (:data:`posenc.experiments.vit_study.VIT_DIGITS`) are not read from this cache:
+    they are stored in the repository
     (:func:`posenc.experiments.vit_study.load_digits_results`).
 
     Args:
@@ -480,10 +479,11 @@ def _cached_run(run, data, device, use_cache, progress, require_cached):
     return run_rows
 
 
-def results_table(rows: list[dict], confidence: float = 0.95) -> str:
+def digits_table(rows: list[dict], confidence: float = 0.95) -> str:
     """A text table: one line per scheme, one column per resolution, each cell the
     mean accuracy (%) over seeds and its Student-t interval
-    (:func:`posenc.stats.mean_ci`); "—" where a scheme has no such evaluation."""
+    (:func:`posenc.experiments.stats.mean_ci`); "—" where a scheme has no such
+    evaluation."""
     from .stats import mean_ci
 
     schemes = list(dict.fromkeys(r["scheme"] for r in rows))

@@ -41,8 +41,8 @@ from .vit_digits import (
     DigitsRun,
     digits_experiment,
     digits_runs,
+    digits_table,
     load_digits_split,
-    results_table,
     torch_threads,
     train_and_score,
 )
@@ -53,6 +53,9 @@ every 2-D scheme, three seeds, one pixel per token, so that the 16 × 16 test im
 change the positions and not what a token holds. Twelve runs of about 30 s each on
 one core: too long for every build, so they are stored in the repository
 (:func:`run_digits_study`) and the chapter reads them (:func:`load_digits_results`)."""
+
+#: The study's command, named by the staleness messages.
+COMMAND = "python -m posenc.experiments.vit_study"
 
 #: The stored study's folder under ``src/posenc/results/``.
 DIGITS_STUDY = "vit_digits"
@@ -203,7 +206,7 @@ def load_digits_records(*, strict: bool = True) -> list[dict]:
         label=lambda r: r.label,
         strict=strict,
         study="tiny-ViT digits study",
-        command="python -m posenc.experiments.vit_study",
+        command=COMMAND,
         where=digits_results_dir(),
     )
 
@@ -264,23 +267,25 @@ def reproduce_digits(
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m posenc.experiments.vit_study",
+        prog=COMMAND,
         description="Tiny ViT on 8×8 digits: 2-D position schemes at an unseen "
         "resolution. Without options: compute the stored study's missing runs "
         "(src/posenc/results/vit_digits/, make study) and print its table.",
     )
-    store.add_arguments(parser, check="CHECK_RUNS")
+    store.add_arguments(parser, check="rope_2d seed 0")
     parser.add_argument(
         "--workers", type=int, default=None, help="processes (default: usable cores)"
     )
     parser.add_argument(
         "--threads", type=int, default=1, help="torch threads of --check (default 1)"
     )
-    parser.add_argument("--device", default=None)
+    parser.add_argument(
+        "--device", default=None, help="where to train (default: cpu)"
+    )
     explore = parser.add_argument_group(
         "exploring",
         "--explore: run digits_experiment with these arguments (cached "
-        "in cache_dir()/vit, not stored) and print its table",
+        "under $POSENC_CACHE_DIR/vit, not stored) and print its table",
     )
     explore.add_argument("--explore", action="store_true")
     explore.add_argument("--schemes", nargs="+", default=list(VIT_SCHEMES))
@@ -310,7 +315,7 @@ def _explore(args: argparse.Namespace) -> int:
         f"trained on 8×8 images, patch size {args.patch_size}; 16×16 = "
         f"{args.upsample} upsampling of the test images"
     )
-    print(results_table(rows))
+    print(digits_table(rows))
     print(f"wall time {time.perf_counter() - start:.1f} s")
     return 0
 
@@ -330,8 +335,8 @@ def _check(device: str, threads: int, start: float) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m posenc.experiments.vit_study``: the stored study (compute,
-    ``--verify``,
-    ``--check``, ``--list``), or ``--explore`` one's own digits experiment."""
+    ``--verify``, ``--check``, ``--list``), or ``--explore`` one's own digits
+    experiment."""
     parser = _parser()
     args = parser.parse_args(argv)
     explored = ("schemes", "seeds", "steps", "patch_size", "upsample", "no_cache")
@@ -368,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{summary['computed']} computed now in {summary['wall_seconds']:.0f} s; "
         f"results in {digits_results_dir()}"
     )
-    print(results_table(load_digits_results()))
+    print(digits_table(load_digits_results()))
     return 0
 
 
