@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from ._checks import check_int
+from .frequencies import DEFAULT_BASE
 from .schemes import (
     PositionalScheme,
     flex_pair,
@@ -340,13 +341,16 @@ class TransformerXLScheme(PositionalScheme):
     folds the whole bias into q and k, with no T×T tensor at all.
 
     Args:
-        d_model, num_heads: model sizes. base: frequency base of R.
+        d_model, num_heads: model sizes. base: frequency base of R, default
+            ``DEFAULT_BASE`` (10000).
     """
 
     name = "transformer_xl"
     hooks = frozenset({"score_bias", "augment_qk"})
 
-    def __init__(self, *, d_model: int, num_heads: int, base: float = 10000.0) -> None:
+    def __init__(
+        self, *, d_model: int, num_heads: int, base: float = DEFAULT_BASE
+    ) -> None:
         super().__init__(d_model=d_model, num_heads=num_heads)
         self.base = base
         self.r_proj = nn.Linear(d_model, d_model, bias=False)  # W_R

@@ -45,7 +45,7 @@ from numbers import Integral, Real
 import torch
 
 from ._checks import check_base, check_choice, check_even_dim, check_int
-from .frequencies import compute_inv_freq
+from .frequencies import DEFAULT_BASE, compute_inv_freq
 
 def _positive(name: str, value: object) -> float:
     if (
@@ -337,7 +337,7 @@ def yarn_ramp(
 
 def rope_inv_freq(
     head_dim: int,
-    base: float = 10000.0,
+    base: float = DEFAULT_BASE,
     scaling: dict | None = None,
     seq_len: int | torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, float]:
@@ -349,7 +349,7 @@ def rope_inv_freq(
             as Hugging Face and GPT-NeoX do: the exponents are 2i/rotary_dim) — except
             for "proportional", which takes the full head width d_h and rotates part
             of it itself.
-        base: frequency base b, finite and > 0.
+        base: frequency base b, finite and > 0; default ``DEFAULT_BASE`` (10000).
         scaling: None (or ``{"rope_type": "default"}``) for plain RoPE, or a dict
             with ``"rope_type"`` in ``"linear"``, ``"ntk"``, ``"dynamic"``,
             ``"yarn"``, ``"llama3"``, ``"longrope"``, ``"proportional"`` (the keys of
