@@ -10,14 +10,16 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 from transformers.models.phi3.modeling_phi3 import Phi3RotaryEmbedding
 
 from posenc.rope import apply_rope
-from posenc.scaling import (
+from posenc.rope_config import (
     IGNORED_ROPE_PARAMETERS,
-    ROPE_TYPES,
     TRANSFORMERS_ROPE_TYPES,
+    rope_inv_freq_from_config,
+)
+from posenc.scaling import (
+    ROPE_TYPES,
     check_scaling,
     longrope_attention_factor,
     rope_inv_freq,
-    rope_inv_freq_from_config,
     yarn_attention_factor,
     yarn_ramp,
 )
