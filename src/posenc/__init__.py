@@ -18,6 +18,7 @@ from . import (  # noqa: E402, F401
     layout,
     learned,
     relative,
+    relative_buckets,
     rope,
     rope_config,
     rope_nd,
