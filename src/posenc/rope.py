@@ -13,9 +13,13 @@ Which features form a pair is the *layout*:
 * ``"half"``: pairs (i, i + r/2) — GPT-NeoX and Hugging Face's Llama (``rotate_half``).
 
 The two are the same rotation up to a fixed permutation of the features
-(:func:`posenc.layout.pair_permutation`). The element-wise form ``x⊙cos +
-rotate(x)⊙sin`` used here equals the block-diagonal matrix form of :func:`rope_matrix`
-(RoFormer Eq. 34); the chapter and the tests prove and check it.
+(:func:`posenc.layout.pair_permutation`). ``"half"`` is the feature order that
+:func:`posenc.sinusoidal.sinusoidal_encoding` calls ``"concatenated"`` (``[sin |
+cos]``): one permutation under two names, each the one its field uses.
+
+The element-wise form ``x⊙cos + rotate(x)⊙sin`` used here equals the block-diagonal
+matrix form of :func:`rope_matrix` (RoFormer Eq. 34); the chapter and the tests prove
+and check it.
 """
 
 from __future__ import annotations

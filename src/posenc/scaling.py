@@ -137,8 +137,8 @@ def check_scaling(scaling: dict | None) -> dict | None:
             short and long lists of different lengths, neither ``factor`` nor
             ``attention_factor`` given, or a derived attention factor with L < 2;
             proportional: ``partial_rotary_factor`` outside [0, 1]. (That the
-            longrope lists have head_dim/2 entries is checked by
-            :func:`rope_inv_freq`, which knows head_dim.)
+            longrope lists have rotary_dim/2 entries is checked by
+            :func:`rope_inv_freq`, which knows rotary_dim.)
     """
     if scaling is None:
         return None
@@ -338,7 +338,7 @@ def yarn_ramp(
 
 
 def rope_inv_freq(
-    head_dim: int,
+    rotary_dim: int,
     base: float = DEFAULT_BASE,
     scaling: dict | None = None,
     seq_len: int | torch.Tensor | None = None,
@@ -347,10 +347,10 @@ def rope_inv_freq(
     factor.
 
     Args:
-        head_dim: the number of rotated features d (pass rotary_dim for partial rotary,
-            as Hugging Face and GPT-NeoX do: the exponents are 2i/rotary_dim) — except
-            for "proportional", which takes the full head width d_h and rotates part
-            of it itself.
+        rotary_dim: r, the number of rotated features: ``head_dim`` for full RoPE, the
+            rotated width for partial rotary (as Hugging Face and GPT-NeoX pass it:
+            the exponents are 2i/r) — except for "proportional", which takes the full
+            head width d_h here and rotates part of it itself.
         base: frequency base b, finite and > 0; default ``DEFAULT_BASE`` (10000).
         scaling: None (or ``{"rope_type": "default"}``) for plain RoPE, or a dict
             with ``"rope_type"`` in ``"linear"``, ``"ntk"``, ``"dynamic"``,
@@ -363,7 +363,7 @@ def rope_inv_freq(
             ``beta_slow`` (1), ``attention_factor`` (default 0.1·ln s + 1),
             ``truncate`` (a bool, default True) for "yarn"; ``low_freq_factor``,
             ``high_freq_factor`` for "llama3"; for "longrope" ``short_factor`` and
-            ``long_factor`` (lists of head_dim/2 numbers > 0, one λ_i per pair),
+            ``long_factor`` (lists of rotary_dim/2 numbers > 0, one λ_i per pair),
             ``factor`` (optional, used only for the attention factor) and
             ``attention_factor`` (default √(1 + ln s / ln L); one of the two is
             needed); for "proportional" ``partial_rotary_factor`` p in [0, 1]
@@ -374,15 +374,15 @@ def rope_inv_freq(
             ``max(position_ids) + 1``).
 
     Returns:
-        ``(inv_freq, attention_factor)``: float32 tensor (head_dim/2,) in radians per
+        ``(inv_freq, attention_factor)``: float32 tensor (rotary_dim/2,) in radians per
         position, on the CPU (for "proportional" its last d_h/2 − ⌊p·d_h/2⌋ entries
         are 0: those pairs do not rotate); a float that multiplies cos and sin (1.0
         except for "yarn" and "longrope").
 
     Raises:
-        ValueError: odd head_dim, base not finite and > 0, or an invalid scaling (see
-            :func:`check_scaling`), longrope factor lists whose length is not
-            head_dim/2, or seq_len < 1.
+        ValueError: odd rotary_dim (head_dim for "proportional"), base not finite
+            and > 0, or an invalid scaling (see :func:`check_scaling`), longrope
+            factor lists whose length is not rotary_dim/2, or seq_len < 1.
         TypeError: seq_len neither None, an int nor a 0-d integer tensor; a yarn
             ``truncate`` that is not a bool; see :func:`check_scaling`.
 
@@ -395,9 +395,10 @@ def rope_inv_freq(
     ``transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS`` (5.23) for every type
     but "ntk".
     """
-    dim = check_even_dim("head_dim", head_dim)
-    base = check_base(base)
     scaling = check_scaling(scaling)
+    proportional = scaling is not None and scaling["rope_type"] == "proportional"
+    dim = check_even_dim("head_dim" if proportional else "rotary_dim", rotary_dim)
+    base = check_base(base)
     seq_len = _check_seq_len(seq_len)
     if scaling is None:
         return compute_inv_freq(dim, base), 1.0
@@ -486,9 +487,9 @@ def _longrope(
     for name in ("short_factor", "long_factor"):
         if len(scaling[name]) != dim // 2:
             raise ValueError(
-                f"longrope {name} has {len(scaling[name])} entries, but head_dim = "
-                f"{dim} rotated features make {dim // 2} pairs: it needs head_dim/2 = "
-                f"{dim // 2} (one factor per pair)"
+                f"longrope {name} has {len(scaling[name])} entries, but rotary_dim = "
+                f"{dim} rotated features make {dim // 2} pairs: it needs "
+                f"rotary_dim/2 = {dim // 2} (one factor per pair)"
             )
     use_long = seq_len is not None and seq_len > original
     ext = torch.tensor(

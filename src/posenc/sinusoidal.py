@@ -40,7 +40,9 @@ def sinusoidal_encoding(
             as in the paper).
         layout: ``"interleaved"`` — sin on even and cos on odd features, as in the
             paper — or ``"concatenated"`` — ``[sin | cos]``, as in Hugging Face's
-            MarianMT port. The two differ by :func:`posenc.layout.pair_permutation`.
+            MarianMT port. The two differ by :func:`posenc.layout.pair_permutation`;
+            ``"concatenated"`` is the order RoPE calls ``"half"`` (pairs (i, i +
+            d/2), :mod:`posenc.rope`): one permutation under two names.
             (tensor2tensor, fairseq and the Marian toolkit concatenate too, but with
             frequencies b^(−i/(d/2−1)).)
         dtype: floating dtype of the result (float32 by default).
