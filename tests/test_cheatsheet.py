@@ -74,7 +74,8 @@ def test_past_the_context_smollm2_values_are_the_stored_runs():
 def test_rope_types_are_transformers_and_ntk_is_posencs_own():
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    from posenc.scaling import ROPE_TYPES, TRANSFORMERS_ROPE_TYPES
+    from posenc.rope_config import TRANSFORMERS_ROPE_TYPES
+    from posenc.scaling import ROPE_TYPES
 
     assert set(ROPE_INIT_FUNCTIONS) == {"linear", "dynamic", "yarn", "llama3", "longrope", "proportional"}
     assert "ntk" in ROPE_TYPES and "ntk" not in ROPE_INIT_FUNCTIONS and "ntk" not in TRANSFORMERS_ROPE_TYPES
@@ -155,7 +156,7 @@ def test_bf16_rounds_positions():
 
 
 def test_partial_rotary_factor_two_meanings():
-    from posenc.scaling import rope_inv_freq_from_config
+    from posenc.rope_config import rope_inv_freq_from_config
 
     neox = config("GPTNeoXConfig")
     phi = config("PhiConfig")
@@ -181,7 +182,7 @@ def test_partial_rotary_factor_two_meanings():
 
 
 def test_rope_scaling_becomes_rope_parameters_and_per_layer_dicts():
-    from posenc.scaling import rope_inv_freq_from_config
+    from posenc.rope_config import rope_inv_freq_from_config
 
     v4 = config("LlamaConfig", rope_theta=500000.0, max_position_embeddings=32768,
                 rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192})

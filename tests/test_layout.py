@@ -25,9 +25,6 @@ LENGTH_EXCEPTIONS = {
     "experiments/bench.py",  # three benchmarks (rope, bias, decode) and their CLI
     "layers/pretrained.py",  # loading SmolLM2/MiniLM, swapping RoPE, streaming losses
     "open_models.py",  # the open models' position settings, one table
-    "relative.py",  # Shaw, Transformer-XL, T5 and DeBERTa relative schemes
-    "scaling.py",  # the rope_type functions of ROPE_INIT_FUNCTIONS
-    "symbolic.py",  # the symbolic (sympy) derivations of every scheme
 }
 
 

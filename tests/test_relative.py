@@ -8,14 +8,13 @@ from hypothesis import strategies as st
 from posenc.layers.attention import MultiHeadAttention
 from posenc.relative import (
     clipped_relative_position,
-    deberta_log_bucket_position,
     relative_shift,
     shaw_key_bias,
     shaw_key_bias_naive,
     shaw_value_term,
     shaw_value_term_naive,
-    t5_relative_position_bucket,
 )
+from posenc.relative_buckets import deberta_log_bucket_position, t5_relative_position_bucket
 from posenc.schemes import build_scheme
 from posenc.sinusoidal import sinusoidal_encoding
 

@@ -10,14 +10,16 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 from transformers.models.phi3.modeling_phi3 import Phi3RotaryEmbedding
 
 from posenc.rope import apply_rope
-from posenc.scaling import (
+from posenc.rope_config import (
     IGNORED_ROPE_PARAMETERS,
-    ROPE_TYPES,
     TRANSFORMERS_ROPE_TYPES,
+    rope_inv_freq_from_config,
+)
+from posenc.scaling import (
+    ROPE_TYPES,
     check_scaling,
     longrope_attention_factor,
     rope_inv_freq,
-    rope_inv_freq_from_config,
     yarn_attention_factor,
     yarn_ramp,
 )
@@ -196,7 +198,7 @@ def test_each_rope_type_is_one_entry_of_the_dict():
 
 
 def test_bad_sizes_are_named():
-    with pytest.raises(ValueError, match="head_dim must be even"):
+    with pytest.raises(ValueError, match="rotary_dim must be even"):
         rope_inv_freq(7)
     with pytest.raises(ValueError, match="seq_len"):
         rope_inv_freq(8, scaling={"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 4}, seq_len=0)
@@ -324,8 +326,8 @@ def test_longrope_list_lengths_must_be_half_the_rotated_width(length):
     """(Lists of different lengths are caught before, by check_scaling: see test_bad_new_scaling_is_named.)"""
     scaling = {"rope_type": "longrope", "short_factor": [1.0] * length, "long_factor": [1.0] * length,
                "factor": 4.0, "original_max_position_embeddings": 64}
-    rule = (f"longrope short_factor has {length} entries, but head_dim = 16 rotated features make 8 pairs: "
-            r"it needs head_dim/2 = 8 \(one factor per pair\)")
+    rule = (f"longrope short_factor has {length} entries, but rotary_dim = 16 rotated features make 8 pairs: "
+            r"it needs rotary_dim/2 = 8 \(one factor per pair\)")
     with pytest.raises(ValueError, match=rule):
         rope_inv_freq(16, 10000.0, scaling)
 
@@ -592,7 +594,7 @@ def test_transformers_rope_types_are_hfs():
     (lambda: rope_inv_freq_from_config({"rope_type": "longrope", "rope_theta": 1e4, "short_factor": [1.0] * 8,
                                         "long_factor": [1.0] * 8, "original_max_position_embeddings": 64},
                                        32, max_position_embeddings=1024),
-     ValueError, "longrope short_factor has 8 entries, but head_dim = 32 .* needs head_dim/2 = 16"),
+     ValueError, "longrope short_factor has 8 entries, but rotary_dim = 32 .* needs rotary_dim/2 = 16"),
     (lambda: rope_inv_freq_from_config({"rope_theta": 1e4}, 32, max_position_embeddings=0), ValueError,
      "max_position_embeddings must be >= 1"),
 ])

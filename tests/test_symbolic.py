@@ -66,7 +66,7 @@ def test_shaw_regrouping_identity():
 def test_t5_bucket_starts_match_the_code():
     import torch
 
-    from posenc.relative import t5_relative_position_bucket
+    from posenc.relative_buckets import t5_relative_position_bucket
 
     for num_buckets, max_distance in [(32, 128), (16, 64), (8, 20)]:
         distance = torch.arange(0, 4 * max_distance)

@@ -18,7 +18,9 @@ from . import (  # noqa: E402, F401
     layout,
     learned,
     relative,
+    relative_buckets,
     rope,
+    rope_config,
     rope_nd,
     scaling,
     schemes,
@@ -38,12 +40,8 @@ from .frequencies import DEFAULT_BASE, compute_inv_freq  # noqa: E402
 from .layout import pair_permutation  # noqa: E402
 from .rope import apply_rope, rope_matrix  # noqa: E402
 from .rope_nd import apply_mrope, apply_rope_2d, mrope_positions  # noqa: E402
-from .scaling import (  # noqa: E402
-    ROPE_INIT_FUNCTIONS,
-    check_scaling,
-    rope_inv_freq,
-    rope_inv_freq_from_config,
-)
+from .rope_config import rope_inv_freq_from_config  # noqa: E402
+from .scaling import ROPE_INIT_FUNCTIONS, check_scaling, rope_inv_freq  # noqa: E402
 from .sinusoidal import sinusoidal_encoding  # noqa: E402
 from .xpos import apply_xpos  # noqa: E402
 from .utils import get_device, seed_everything  # noqa: E402

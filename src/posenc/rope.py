@@ -13,9 +13,13 @@ Which features form a pair is the *layout*:
 * ``"half"``: pairs (i, i + r/2) — GPT-NeoX and Hugging Face's Llama (``rotate_half``).
 
 The two are the same rotation up to a fixed permutation of the features
-(:func:`posenc.layout.pair_permutation`). The element-wise form ``x⊙cos +
-rotate(x)⊙sin`` used here equals the block-diagonal matrix form of :func:`rope_matrix`
-(RoFormer Eq. 34); the chapter and the tests prove and check it.
+(:func:`posenc.layout.pair_permutation`). ``"half"`` is the feature order that
+:func:`posenc.sinusoidal.sinusoidal_encoding` calls ``"concatenated"`` (``[sin |
+cos]``): one permutation under two names, each the one its field uses.
+
+The element-wise form ``x⊙cos + rotate(x)⊙sin`` used here equals the block-diagonal
+matrix form of :func:`rope_matrix` (RoFormer Eq. 34); the chapter and the tests prove
+and check it.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import torch
 from ._checks import check_base, check_choice, check_even_dim
 from .scaling import check_scaling, rope_inv_freq
 from .schemes import PositionalScheme, register_scheme
-from .frequencies import compute_inv_freq
+from .frequencies import DEFAULT_BASE, compute_inv_freq
 from .utils import cpu_float64
 
 ROPE_LAYOUTS = ("half", "interleaved")
@@ -107,7 +111,7 @@ def apply_rope(
     positions: torch.Tensor,
     *,
     inv_freq: torch.Tensor | None = None,
-    base: float = 10000.0,
+    base: float = DEFAULT_BASE,
     layout: str = "half",
     attention_factor: float = 1.0,
 ) -> torch.Tensor:
@@ -128,8 +132,8 @@ def apply_rope(
         inv_freq: (rotary_dim/2,) frequencies in radians per position; default
             ``base^(−2i/head_dim)`` (full rotary), e.g. from
             :func:`posenc.scaling.rope_inv_freq`.
-        base: frequency base b when ``inv_freq`` is None (10000 in RoFormer, 500000 in
-            Llama 3).
+        base: frequency base b when ``inv_freq`` is None, default ``DEFAULT_BASE``
+            (10000, as RoFormer; 500000 in Llama 3).
         layout: ``"half"`` (pairs (i, i + r/2)) or ``"interleaved"`` (pairs (2i, 2i +
             1)).
         attention_factor: scales cos and sin, hence every score by its square (YaRN).
@@ -243,7 +247,8 @@ class RotaryScheme(PositionalScheme):
 
     Args:
         d_model, num_heads: model sizes (head_dim = d_model / num_heads must be even).
-        base: frequency base b. layout: ``"half"`` or ``"interleaved"``.
+        base: frequency base b, default ``DEFAULT_BASE`` (10000). layout: ``"half"``
+            or ``"interleaved"``.
         rotary_dim: features rotated per head (even, ≤ head_dim); default head_dim.
         scaling: None or a context-extension dict for
             :func:`posenc.scaling.rope_inv_freq` (``{"rope_type": "yarn", "factor": 4.0,
@@ -262,7 +267,7 @@ class RotaryScheme(PositionalScheme):
         *,
         d_model: int,
         num_heads: int,
-        base: float = 10000.0,
+        base: float = DEFAULT_BASE,
         layout: str = "half",
         rotary_dim: int | None = None,
         scaling: dict | None = None,
@@ -338,7 +343,7 @@ class RotaryScheme(PositionalScheme):
 
 
 def long_term_decay(
-    distances: torch.Tensor, head_dim: int, base: float = 10000.0
+    distances: torch.Tensor, head_dim: int, base: float = DEFAULT_BASE
 ) -> torch.Tensor:
     """RoFormer's upper bound on the rotary score as a function of the relative distance
     (§3.4.3).
@@ -352,7 +357,7 @@ def long_term_decay(
 
     Args:
         distances: (N,) relative distances m − n (int or float). head_dim: d (even).
-        base: frequency base b.
+        base: frequency base b, default ``DEFAULT_BASE`` (10000).
 
     Returns:
         float64 tensor (N,).

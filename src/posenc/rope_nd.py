@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from ._checks import check_base, check_choice, check_even_dim, check_int
-from .frequencies import compute_inv_freq
+from .frequencies import DEFAULT_BASE, compute_inv_freq
 from .rope import ROPE_LAYOUTS, rotate_half, rotate_interleaved
 
 
@@ -156,7 +156,7 @@ def apply_mrope(
     positions: torch.Tensor,
     mrope_section,
     *,
-    base: float = 10000.0,
+    base: float = DEFAULT_BASE,
     mrope_interleaved: bool = False,
 ) -> torch.Tensor:
     """Multimodal rotary position embedding, M-RoPE (Qwen2-VL, §2.1): RoPE whose rotary
@@ -181,7 +181,8 @@ def apply_mrope(
             sequence of the batch its own ids.
         mrope_section: three ints, the pairs per axis, summing to d_h / 2 (Qwen2-VL's
             ``rope_parameters["mrope_section"]``, [16, 24, 24] for d_h = 128).
-        base: frequency base b (``rope_theta``; 1000000 in Qwen2-VL).
+        base: frequency base b (``rope_theta``), default ``DEFAULT_BASE`` (10000);
+            1000000 in Qwen2-VL.
         mrope_interleaved: Qwen3-VL's interleaved axis assignment instead of chunks.
 
     Returns:
@@ -214,7 +215,7 @@ def apply_mrope(
 
 
 def rope_2d_inv_freq(
-    head_dim: int, base: float = 10000.0, *, frequencies: str = "shared"
+    head_dim: int, base: float = DEFAULT_BASE, *, frequencies: str = "shared"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The frequencies of 2-D axial RoPE: d_h/4 for the row, d_h/4 for the column.
 
@@ -250,7 +251,7 @@ def apply_rope_2d(
     x: torch.Tensor,
     positions: torch.Tensor,
     *,
-    base: float = 10000.0,
+    base: float = DEFAULT_BASE,
     layout: str = "half",
     frequencies: str = "shared",
 ) -> torch.Tensor:
@@ -271,7 +272,8 @@ def apply_rope_2d(
     Args:
         x: (B, H, T, d_h) float, d_h a multiple of 4.
         positions: (2, T) or (2, B, T) integer (or float) ids, rows (row, column).
-        base: frequency base b (10000 in Qwen2-VL's and Pixtral's encoders).
+        base: frequency base b, default ``DEFAULT_BASE`` (10000, as Qwen2-VL's and
+            Pixtral's encoders).
         layout: ``"half"`` (pairs (i, i + d_h/2)) or ``"interleaved"`` (pairs (2i,
             2i + 1)).
         frequencies: ``"shared"`` or ``"alternating"`` (see :func:`rope_2d_inv_freq`).

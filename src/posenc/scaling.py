@@ -31,8 +31,9 @@ Each ``rope_type`` is one small function and one entry of :data:`ROPE_INIT_FUNCT
 entry. Parameter names and the formulas follow Hugging Face's
 ``transformers.modeling_rope_utils``, and the tests hold the results equal to its
 ``ROPE_INIT_FUNCTIONS`` (static "ntk" against "dynamic", which equals it at the length
-where ``factor·ℓ/L − (factor − 1) = s``). :func:`rope_inv_freq_from_config` reads a
-transformers v5 ``config.rope_parameters`` dict directly.
+where ``factor·ℓ/L − (factor − 1) = s``).
+:func:`posenc.rope_config.rope_inv_freq_from_config` reads a transformers v5
+``config.rope_parameters`` dict directly.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ from numbers import Integral, Real
 import torch
 
 from ._checks import check_base, check_choice, check_even_dim, check_int
-from .frequencies import compute_inv_freq
+from .frequencies import DEFAULT_BASE, compute_inv_freq
+
 
 def _positive(name: str, value: object) -> float:
     if (
@@ -135,8 +137,8 @@ def check_scaling(scaling: dict | None) -> dict | None:
             short and long lists of different lengths, neither ``factor`` nor
             ``attention_factor`` given, or a derived attention factor with L < 2;
             proportional: ``partial_rotary_factor`` outside [0, 1]. (That the
-            longrope lists have head_dim/2 entries is checked by
-            :func:`rope_inv_freq`, which knows head_dim.)
+            longrope lists have rotary_dim/2 entries is checked by
+            :func:`rope_inv_freq`, which knows rotary_dim.)
     """
     if scaling is None:
         return None
@@ -336,8 +338,8 @@ def yarn_ramp(
 
 
 def rope_inv_freq(
-    head_dim: int,
-    base: float = 10000.0,
+    rotary_dim: int,
+    base: float = DEFAULT_BASE,
     scaling: dict | None = None,
     seq_len: int | torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, float]:
@@ -345,11 +347,11 @@ def rope_inv_freq(
     factor.
 
     Args:
-        head_dim: the number of rotated features d (pass rotary_dim for partial rotary,
-            as Hugging Face and GPT-NeoX do: the exponents are 2i/rotary_dim) — except
-            for "proportional", which takes the full head width d_h and rotates part
-            of it itself.
-        base: frequency base b, finite and > 0.
+        rotary_dim: r, the number of rotated features: ``head_dim`` for full RoPE, the
+            rotated width for partial rotary (as Hugging Face and GPT-NeoX pass it:
+            the exponents are 2i/r) — except for "proportional", which takes the full
+            head width d_h here and rotates part of it itself.
+        base: frequency base b, finite and > 0; default ``DEFAULT_BASE`` (10000).
         scaling: None (or ``{"rope_type": "default"}``) for plain RoPE, or a dict
             with ``"rope_type"`` in ``"linear"``, ``"ntk"``, ``"dynamic"``,
             ``"yarn"``, ``"llama3"``, ``"longrope"``, ``"proportional"`` (the keys of
@@ -361,7 +363,7 @@ def rope_inv_freq(
             ``beta_slow`` (1), ``attention_factor`` (default 0.1·ln s + 1),
             ``truncate`` (a bool, default True) for "yarn"; ``low_freq_factor``,
             ``high_freq_factor`` for "llama3"; for "longrope" ``short_factor`` and
-            ``long_factor`` (lists of head_dim/2 numbers > 0, one λ_i per pair),
+            ``long_factor`` (lists of rotary_dim/2 numbers > 0, one λ_i per pair),
             ``factor`` (optional, used only for the attention factor) and
             ``attention_factor`` (default √(1 + ln s / ln L); one of the two is
             needed); for "proportional" ``partial_rotary_factor`` p in [0, 1]
@@ -372,15 +374,15 @@ def rope_inv_freq(
             ``max(position_ids) + 1``).
 
     Returns:
-        ``(inv_freq, attention_factor)``: float32 tensor (head_dim/2,) in radians per
+        ``(inv_freq, attention_factor)``: float32 tensor (rotary_dim/2,) in radians per
         position, on the CPU (for "proportional" its last d_h/2 − ⌊p·d_h/2⌋ entries
         are 0: those pairs do not rotate); a float that multiplies cos and sin (1.0
         except for "yarn" and "longrope").
 
     Raises:
-        ValueError: odd head_dim, base not finite and > 0, or an invalid scaling (see
-            :func:`check_scaling`), longrope factor lists whose length is not
-            head_dim/2, or seq_len < 1.
+        ValueError: odd rotary_dim (head_dim for "proportional"), base not finite
+            and > 0, or an invalid scaling (see :func:`check_scaling`), longrope
+            factor lists whose length is not rotary_dim/2, or seq_len < 1.
         TypeError: seq_len neither None, an int nor a 0-d integer tensor; a yarn
             ``truncate`` that is not a bool; see :func:`check_scaling`.
 
@@ -393,9 +395,10 @@ def rope_inv_freq(
     ``transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS`` (5.23) for every type
     but "ntk".
     """
-    dim = check_even_dim("head_dim", head_dim)
-    base = check_base(base)
     scaling = check_scaling(scaling)
+    proportional = scaling is not None and scaling["rope_type"] == "proportional"
+    dim = check_even_dim("head_dim" if proportional else "rotary_dim", rotary_dim)
+    base = check_base(base)
     seq_len = _check_seq_len(seq_len)
     if scaling is None:
         return compute_inv_freq(dim, base), 1.0
@@ -484,9 +487,9 @@ def _longrope(
     for name in ("short_factor", "long_factor"):
         if len(scaling[name]) != dim // 2:
             raise ValueError(
-                f"longrope {name} has {len(scaling[name])} entries, but head_dim = "
-                f"{dim} rotated features make {dim // 2} pairs: it needs head_dim/2 = "
-                f"{dim // 2} (one factor per pair)"
+                f"longrope {name} has {len(scaling[name])} entries, but rotary_dim = "
+                f"{dim} rotated features make {dim // 2} pairs: it needs "
+                f"rotary_dim/2 = {dim // 2} (one factor per pair)"
             )
     use_long = seq_len is not None and seq_len > original
     ext = torch.tensor(
@@ -550,210 +553,3 @@ ROPE_INIT_FUNCTIONS: dict[str, RopeType] = {
 }
 #: The ``rope_type`` names of :data:`ROPE_INIT_FUNCTIONS`.
 ROPE_TYPES = tuple(ROPE_INIT_FUNCTIONS)
-
-TRANSFORMERS_ROPE_TYPES = (
-    "default",
-    "linear",
-    "dynamic",
-    "yarn",
-    "longrope",
-    "llama3",
-    "proportional",
-)
-"""The ``rope_type`` values :func:`rope_inv_freq_from_config` reads: "default" (plain
-RoPE) and the keys of transformers 5.23's ``ROPE_INIT_FUNCTIONS``."""
-
-IGNORED_ROPE_PARAMETERS = ("mrope_section", "mrope_interleaved", "llama_4_scaling_beta")
-"""Keys transformers models keep in ``rope_parameters`` that change neither the
-frequencies nor the cos/sin factor, so :func:`rope_inv_freq_from_config` skips them:
-``mrope_section`` and ``mrope_interleaved`` (M-RoPE: how the same frequencies are
-split among the temporal, height and width position ids, and their layout) and
-``llama_4_scaling_beta`` (Ministral 3 / Mistral 4: a position-dependent query
-scaling that the attention applies, outside RoPE)."""
-
-
-def rope_inv_freq_from_config(
-    rope_parameters: Mapping,
-    head_dim: int,
-    *,
-    max_position_embeddings: int | None = None,
-    seq_len: int | torch.Tensor | None = None,
-) -> tuple[torch.Tensor, float]:
-    """RoPE frequencies and attention factor from a transformers v5
-    ``config.rope_parameters`` dict, as ``ROPE_INIT_FUNCTIONS`` (or, for "default",
-    the models' own ``compute_default_rope_parameters``) compute them.
-
-    The dict is read as transformers 5.23 reads it: ``rope_type`` (the legacy key
-    ``type`` when absent; "default" when both are) picks the rule; ``rope_theta`` is
-    the base b; ``partial_rotary_factor`` p (default 1) gives the rotated width
-    rotary_dim = int(d_h·p), over which the exponents 2i/rotary_dim run — except for
-    "proportional", which takes the full d_h and p itself (see :func:`rope_inv_freq`).
-    A key whose value is None counts as absent. Per type:
-
-    * "default": plain RoPE, b^(−2i/rotary_dim);
-    * "dynamic": L is ``max_position_embeddings`` (transformers takes
-      ``config.max_position_embeddings``; an ``original_max_position_embeddings`` in
-      the dict is ignored, as transformers ignores it);
-    * "yarn", "llama3", "longrope": a missing ``original_max_position_embeddings`` is
-      ``max_position_embeddings`` (as ``standardize_rope_params`` fills it in);
-    * "yarn": a missing ``factor`` is max_position_embeddings /
-      original_max_position_embeddings; without ``attention_factor`` but with both
-      ``mscale`` and ``mscale_all_dim`` non-zero (DeepSeek), the attention factor is
-      m(s, mscale) / m(s, mscale_all_dim) with m(s, a) = 0.1·a·ln s + 1 (1 for s ≤ 1);
-    * "longrope": a missing ``factor`` is max_position_embeddings /
-      original_max_position_embeddings, used only for the attention factor; a factor
-      ≤ 1 gives attention factor 1, as in transformers.
-
-    Keys in :data:`IGNORED_ROPE_PARAMETERS` are skipped; any other key that the rule
-    does not use raises (transformers would only log a warning).
-
-    Args:
-        rope_parameters: one flat dict, e.g. ``config.rope_parameters``; for a model
-            with per-layer-type RoPE (Gemma 3 / 4) pass one entry, e.g.
-            ``config.rope_parameters["full_attention"]``, with that layer type's
-            head_dim.
-        head_dim: d_h, the width of one head (``config.head_dim``, or hidden_size //
-            num_attention_heads; Gemma 4's full-attention layers use
-            ``global_head_dim``).
-        max_position_embeddings: ``config.max_position_embeddings``; needed by
-            "dynamic", and by the other scaled types when the dict leaves out a value
-            derived from it (see above).
-        seq_len: the current length ℓ for "dynamic" and "longrope" (see
-            :func:`rope_inv_freq`).
-
-    Returns:
-        ``(inv_freq, attention_factor)``: float32 tensor (rotary_dim/2,) — (d_h/2,)
-        for "proportional" — in radians per position, on the CPU; the float that
-        multiplies cos and sin.
-
-    Raises:
-        TypeError: rope_parameters not a mapping; head_dim or max_position_embeddings
-            not an int; partial_rotary_factor not a real number; see
-            :func:`rope_inv_freq`.
-        ValueError: a dict nested by layer type; an unknown ``rope_type`` (the
-            message lists :data:`TRANSFORMERS_ROPE_TYPES`); no ``rope_theta``;
-            partial_rotary_factor outside (0, 1] (outside [0, 1] for
-            "proportional"); an odd or zero rotary_dim; a key the rule does not take;
-            a value that must come from max_position_embeddings when it is None;
-            anything :func:`rope_inv_freq` rejects.
-
-    Source: transformers 5.23, ``modeling_rope_utils`` (``ROPE_INIT_FUNCTIONS``,
-    ``RotaryEmbeddingConfigMixin.standardize_rope_params``), and e.g.
-    ``Phi3RotaryEmbedding.compute_default_rope_parameters`` for "default" with p < 1.
-    """
-    if not isinstance(rope_parameters, Mapping):
-        raise TypeError(
-            "rope_parameters must be a dict such as config.rope_parameters, got "
-            f"{type(rope_parameters).__name__}"
-        )
-    params = {key: value for key, value in rope_parameters.items() if value is not None}
-    if (
-        "rope_type" not in params
-        and "type" not in params
-        and params
-        and all(isinstance(value, Mapping) for value in params.values())
-    ):
-        raise ValueError(
-            f"rope_parameters is nested by layer type (keys {sorted(params)}); pass "
-            "one layer type's dict, e.g. rope_parameters['full_attention'], with that "
-            "layer type's head_dim"
-        )
-    legacy_type = params.pop("type", "default")
-    rope_type = params.pop("rope_type", legacy_type)
-    if rope_type not in TRANSFORMERS_ROPE_TYPES:
-        raise ValueError(
-            f"rope_type must be one of {', '.join(map(repr, TRANSFORMERS_ROPE_TYPES))}"
-            f" (transformers' types that posenc implements); got {rope_type!r}"
-        )
-    if "rope_theta" not in params:
-        raise ValueError(
-            "rope_parameters needs 'rope_theta' (the base b; transformers fills it "
-            f"in from the config), got keys {sorted(rope_parameters)}"
-        )
-    base = params.pop("rope_theta")
-    head_dim = check_int("head_dim", head_dim, minimum=1)
-    if max_position_embeddings is not None:
-        max_position_embeddings = check_int(
-            "max_position_embeddings", max_position_embeddings, minimum=1
-        )
-    for key in IGNORED_ROPE_PARAMETERS:
-        params.pop(key, None)
-
-    def from_max(key: str, why: str) -> int:
-        if max_position_embeddings is None:
-            raise ValueError(
-                f"rope_type {rope_type!r} without {key!r} in rope_parameters needs "
-                f"max_position_embeddings ({why}); got None"
-            )
-        return max_position_embeddings
-
-    def derived_factor() -> float:
-        """s = max_position_embeddings / original_max_position_embeddings."""
-        why = "s = max_position_embeddings / original_max_position_embeddings"
-        longest = from_max("factor", why)
-        original = params["original_max_position_embeddings"]
-        if isinstance(original, bool) or not isinstance(original, int) or original < 1:
-            raise ValueError(
-                "original_max_position_embeddings must be a positive int, "
-                f"got {original!r}"
-            )
-        return longest / original
-
-    if rope_type == "proportional":
-        scaling = {"rope_type": "proportional", **params}
-        return rope_inv_freq(head_dim, base, scaling, seq_len=seq_len)
-
-    partial = _fraction(
-        "partial_rotary_factor", params.pop("partial_rotary_factor", 1.0), low_open=True
-    )
-    rotary_dim = int(head_dim * partial)
-    if rotary_dim < 2 or rotary_dim % 2:
-        raise ValueError(
-            "rotary_dim = int(head_dim * partial_rotary_factor) = "
-            f"int({head_dim} * {partial}) = {rotary_dim} must be even and >= 2 "
-            "(features rotate in pairs)"
-        )
-    if rope_type == "default":
-        if params:
-            raise ValueError(
-                f"rope_type 'default' does not take {sorted(params)}; its keys are "
-                "['partial_rotary_factor', 'rope_theta', 'rope_type']"
-            )
-        return rope_inv_freq(rotary_dim, base, seq_len=seq_len)
-    if rope_type == "dynamic":
-        params.pop("original_max_position_embeddings", None)
-        params["original_max_position_embeddings"] = from_max(
-            "original_max_position_embeddings",
-            "transformers' dynamic rule takes L from config.max_position_embeddings",
-        )
-    elif rope_type in ("yarn", "llama3", "longrope"):
-        if "original_max_position_embeddings" not in params:
-            params["original_max_position_embeddings"] = from_max(
-                "original_max_position_embeddings",
-                "the training length L defaults to it",
-            )
-    if rope_type == "yarn":
-        if "factor" not in params:
-            params["factor"] = derived_factor()
-        mscale = params.pop("mscale", None)
-        mscale_all_dim = params.pop("mscale_all_dim", None)
-        if "attention_factor" not in params and mscale and mscale_all_dim:
-            s = _positive("factor", params["factor"])
-            params["attention_factor"] = _yarn_mscale(s, mscale) / _yarn_mscale(
-                s, mscale_all_dim
-            )
-    if rope_type == "longrope" and "attention_factor" not in params:
-        if "factor" not in params:
-            params["factor"] = derived_factor()
-        s = params["factor"]
-        if isinstance(s, Real) and not isinstance(s, bool) and s <= 1:
-            # transformers: attention factor 1 for s <= 1; s is used for nothing else
-            params.pop("factor")
-            params["attention_factor"] = 1.0
-    scaling = {"rope_type": rope_type, **params}
-    return rope_inv_freq(rotary_dim, base, scaling, seq_len=seq_len)
-
-
-def _yarn_mscale(factor: float, mscale: float) -> float:
-    """transformers' ``get_mscale``: 0.1·mscale·ln s + 1 for s > 1, else 1."""
-    return 0.1 * mscale * math.log(factor) + 1.0 if factor > 1 else 1.0

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._checks import check_base, check_choice, check_int
+from .frequencies import DEFAULT_BASE
 from .rope import ROPE_LAYOUTS
 from .rope_nd import ROPE_2D_FREQUENCIES, apply_rope_2d
 from .schemes import PositionalScheme, register_scheme
@@ -73,7 +74,7 @@ def grid_positions(
 def sinusoidal_2d_encoding(
     positions: torch.Tensor,
     dim: int,
-    base: float = 10000.0,
+    base: float = DEFAULT_BASE,
     layout: str = "concatenated",
     *,
     dtype: torch.dtype = torch.float32,
@@ -92,7 +93,8 @@ def sinusoidal_2d_encoding(
         positions: (2, ...) integer or float (row, column) ids, e.g. (2, T) from
             :func:`grid_positions` or (2, B, T).
         dim: width d, a multiple of 4 (each half is a sin/cos table).
-        base: frequency base b. layout: ``"concatenated"`` or ``"interleaved"``.
+        base: frequency base b, default ``DEFAULT_BASE`` (10000). layout:
+            ``"concatenated"`` or ``"interleaved"``.
         dtype: floating dtype of the result.
 
     Returns:
@@ -298,8 +300,8 @@ class Sinusoidal2D(GridScheme):
     Args:
         d_model, num_heads: as :class:`~posenc.schemes.PositionalScheme`; d_model a
             multiple of 4.
-        base: frequency base b (10000, as MAE). layout: ``"concatenated"`` or
-            ``"interleaved"`` per axis.
+        base: frequency base b, default ``DEFAULT_BASE`` (10000, as MAE). layout:
+            ``"concatenated"`` or ``"interleaved"`` per axis.
 
     Raises:
         ValueError: d_model not a multiple of 4; base not finite and > 0; unknown
@@ -316,7 +318,7 @@ class Sinusoidal2D(GridScheme):
         *,
         d_model: int,
         num_heads: int,
-        base: float = 10000.0,
+        base: float = DEFAULT_BASE,
         layout: str = "concatenated",
     ) -> None:
         super().__init__(d_model=d_model, num_heads=num_heads)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from ._checks import as_positions, check_base, check_choice, check_even_dim
-from .frequencies import compute_inv_freq
+from .frequencies import DEFAULT_BASE, compute_inv_freq
 from .schemes import PositionalScheme, register_scheme
 
 SINUSOIDAL_LAYOUTS = ("interleaved", "concatenated")
@@ -19,7 +19,7 @@ SINUSOIDAL_LAYOUTS = ("interleaved", "concatenated")
 def sinusoidal_encoding(
     positions: int | torch.Tensor,
     dim: int,
-    base: float = 10000.0,
+    base: float = DEFAULT_BASE,
     layout: str = "interleaved",
     *,
     dtype: torch.dtype = torch.float32,
@@ -36,10 +36,13 @@ def sinusoidal_encoding(
         positions: an int ``T`` (meaning positions 0 … T−1), or a tensor of integer or
             float positions of any shape ``(...)``, e.g. ``(T,)`` or ``(B, T)``.
         dim: even encoding width d.
-        base: the frequency base b (10000 in the paper), finite and > 0.
+        base: the frequency base b, finite and > 0; default ``DEFAULT_BASE`` (10000,
+            as in the paper).
         layout: ``"interleaved"`` — sin on even and cos on odd features, as in the
             paper — or ``"concatenated"`` — ``[sin | cos]``, as in Hugging Face's
-            MarianMT port. The two differ by :func:`posenc.layout.pair_permutation`.
+            MarianMT port. The two differ by :func:`posenc.layout.pair_permutation`;
+            ``"concatenated"`` is the order RoPE calls ``"half"`` (pairs (i, i +
+            d/2), :mod:`posenc.rope`): one permutation under two names.
             (tensor2tensor, fairseq and the Marian toolkit concatenate too, but with
             frequencies b^(−i/(d/2−1)).)
         dtype: floating dtype of the result (float32 by default).
@@ -80,7 +83,8 @@ class SinusoidalScheme(PositionalScheme):
 
     Args:
         d_model, num_heads: model sizes (see :class:`posenc.schemes.PositionalScheme`).
-        base: frequency base b. layout: ``"interleaved"`` or ``"concatenated"``.
+        base: frequency base b, default ``DEFAULT_BASE`` (10000). layout:
+            ``"interleaved"`` or ``"concatenated"``.
     """
 
     name = "sinusoidal"
@@ -91,7 +95,7 @@ class SinusoidalScheme(PositionalScheme):
         *,
         d_model: int,
         num_heads: int,
-        base: float = 10000.0,
+        base: float = DEFAULT_BASE,
         layout: str = "interleaved",
     ) -> None:
         super().__init__(d_model=d_model, num_heads=num_heads)

@@ -39,7 +39,7 @@ import torch
 from ._checks import check_base, check_choice, check_even_dim
 from .rope import ROPE_LAYOUTS, _check_positions, rotate_half, rotate_interleaved
 from .schemes import PositionalScheme, register_scheme
-from .frequencies import compute_inv_freq
+from .frequencies import DEFAULT_BASE, compute_inv_freq
 
 XPOS_GAMMA = 0.4
 XPOS_SCALE_BASE = 512.0
@@ -212,7 +212,7 @@ def rotate_xpos(
     key: bool,
     center: float | torch.Tensor = 0.0,
     inv_freq: torch.Tensor | None = None,
-    base: float = 10000.0,
+    base: float = DEFAULT_BASE,
     scale_base: float = XPOS_SCALE_BASE,
     gamma: float = XPOS_GAMMA,
     layout: str = "interleaved",
@@ -233,7 +233,8 @@ def rotate_xpos(
             torchscale's ``downscale=True``).
         center: c, a number or a tensor broadcastable to positions (e.g. (B, 1, 1)).
         inv_freq: (r/2,) frequencies; default ``base^(−2i/head_dim)``.
-        base: frequency base b when inv_freq is None.
+        base: frequency base b when inv_freq is None, default ``DEFAULT_BASE``
+            (10000).
         scale_base: B (512); ``math.inf`` gives plain RoPE.
         gamma: γ of ζ_i (0.4).
         layout: ``"interleaved"`` (pairs (2i, 2i + 1), both reference codes) or
@@ -288,7 +289,7 @@ def apply_xpos(
     *,
     center: float | torch.Tensor | None = None,
     inv_freq: torch.Tensor | None = None,
-    base: float = 10000.0,
+    base: float = DEFAULT_BASE,
     scale_base: float = XPOS_SCALE_BASE,
     gamma: float = XPOS_GAMMA,
     layout: str = "interleaved",
@@ -368,9 +369,9 @@ class XPosScheme(PositionalScheme):
 
     Args:
         d_model, num_heads: model sizes (head_dim must be even).
-        base: frequency base b. scale_base: B (512, the paper's; ``math.inf`` gives
-            RoPE). gamma: γ (0.4). layout: ``"interleaved"`` (the reference codes')
-            or ``"half"``. center: c.
+        base: frequency base b, default ``DEFAULT_BASE`` (10000). scale_base: B (512,
+            the paper's; ``math.inf`` gives RoPE). gamma: γ (0.4). layout:
+            ``"interleaved"`` (the reference codes') or ``"half"``. center: c.
 
     Source: Sun et al. 2022, "A Length-Extrapolatable Transformer", arXiv:2212.10554,
     §3.2–3.3 (without its blockwise causal attention, §3.4, an inference-time mask).
@@ -384,7 +385,7 @@ class XPosScheme(PositionalScheme):
         *,
         d_model: int,
         num_heads: int,
-        base: float = 10000.0,
+        base: float = DEFAULT_BASE,
         scale_base: float = XPOS_SCALE_BASE,
         gamma: float = XPOS_GAMMA,
         layout: str = "interleaved",
