@@ -41,6 +41,7 @@ import torch
 
 from .._checks import check_choice, check_int
 from .kv_cache import StreamingKVCache
+from .losses import batched_losses, stream_losses, window_recompute_losses
 from .masks import causal_mask
 from ..rope import ROPE_LAYOUTS, apply_rope
 from ..frequencies import compute_inv_freq
@@ -569,19 +570,12 @@ def token_losses(
             f"(1, T), got {tuple(input_ids.shape)}"
         )
     chunk = check_int("chunk", chunk, minimum=1)
-    device = next(model.parameters()).device
-    ids = ids.to(device)
-    hidden = model.model(ids).last_hidden_state[0, :-1]
-    targets = ids[0, 1:]
-    losses = [
-        torch.nn.functional.cross_entropy(
-            model.lm_head(hidden[i : i + chunk]).float(),
-            targets[i : i + chunk],
-            reduction="none",
-        )
-        for i in range(0, hidden.shape[0], chunk)
-    ]
-    return torch.cat(losses).cpu()
+    ids = ids.to(next(model.parameters()).device)
+    hidden = model.model(ids).last_hidden_state[0, :-1]  # (T − 1, d)
+    # the output layer slice by slice: (chunk, d) → (chunk, V)
+    return batched_losses(
+        lambda h: model.lm_head(h).float(), hidden, ids[0, 1:], rows=chunk
+    )
 
 
 @torch.no_grad()
@@ -620,22 +614,18 @@ def streaming_token_losses(
         len(_attention_layers(model)), sink_tokens=sink_tokens, window=window
     )
     device = next(model.parameters()).device
+
+    def step(ids_step: torch.Tensor) -> torch.Tensor:  # (t,) → (t, V)
+        slots = cache.next_positions(ids_step.numel(), device=device)
+        hidden = model.model(
+            input_ids=ids_step[None], position_ids=slots[None], use_cache=False
+        ).last_hidden_state[0]
+        return model.lm_head(hidden).float()
+
     inputs = ids[:-1].to(device)
     first = min(cache.layers[0].capacity, inputs.numel())
-    steps = [(0, first)] + [(t, t + 1) for t in range(first, inputs.numel())]
-    logits = []
     with swap_rope(model, inv_freq=inv_freq, streaming=cache):
-        for start, stop in steps:
-            slots = cache.next_positions(stop - start, device=device)
-            hidden = model.model(
-                input_ids=inputs[None, start:stop],
-                position_ids=slots[None],
-                use_cache=False,
-            ).last_hidden_state[0]
-            logits.append(model.lm_head(hidden).float())
-    return torch.nn.functional.cross_entropy(
-        torch.cat(logits), ids[1:].to(device), reduction="none"
-    ).cpu()
+        return stream_losses(step, inputs, ids[1:], first=first)
 
 
 @torch.no_grad()
@@ -661,23 +651,19 @@ def window_recompute_token_losses(
     batch_size = check_int("batch_size", batch_size, minimum=1)
     ids = input_ids.reshape(-1)
     device = next(model.parameters()).device
-    inputs, targets = ids[:-1], ids[1:].to(device)
-    head = min(window, inputs.numel())
-    # the first W predictions see their whole prefix: one forward pass
-    losses = [token_losses(model, ids[: head + 1]).to(device)]
-    windows = inputs.unfold(0, window, 1)[1:] if inputs.numel() > head else None
-    for i in range(0, 0 if windows is None else windows.shape[0], batch_size):
-        chunk = windows[i : i + batch_size].to(device)
-        hidden = model.model(input_ids=chunk).last_hidden_state[:, -1]
-        t = head + i
-        losses.append(
-            torch.nn.functional.cross_entropy(
-                model.lm_head(hidden).float(),
-                targets[t : t + chunk.shape[0]],
-                reduction="none",
-            )
-        )
-    return torch.cat(losses).cpu()
+
+    def last_logits(windows: torch.Tensor) -> torch.Tensor:  # (b, W) → (b, V)
+        hidden = model.model(input_ids=windows.to(device)).last_hidden_state[:, -1]
+        return model.lm_head(hidden).float()
+
+    return window_recompute_losses(
+        lambda n: token_losses(model, ids[: n + 1]),  # the first n: one pass
+        last_logits,
+        ids[:-1],
+        ids[1:],
+        window=window,
+        batch_size=batch_size,
+    )
 
 
 def prose_text() -> str:
