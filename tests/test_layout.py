@@ -22,7 +22,6 @@ MAX_LINES = 650
 IMPORT_EXCEPTIONS: set[str] = set()
 LENGTH_EXCEPTIONS = {
     # Not split yet (issue 24): each is one subject, only longer than the limit.
-    "experiments/bench.py",  # three benchmarks (rope, bias, decode) and their CLI
     "open_models.py",  # the open models' position settings, one table
     "relative.py",  # Shaw, Transformer-XL, T5 and DeBERTa relative schemes
     "scaling.py",  # the rope_type functions of ROPE_INIT_FUNCTIONS
