@@ -11,6 +11,7 @@ import torch
 
 from ..layers.losses import batched_losses, rows_per_batch
 from ..layers.model import TinyLM
+from ..utils import cpu_float64
 from .study_grid import MULTIPLES
 
 @torch.no_grad()
@@ -123,12 +124,14 @@ def score_at_length(
         seqs = torch.stack([documents[d][s : s + length + 1] for d, s, _ in items])
         seqs = seqs.long()  # (n, length + 1): inputs and the next-byte targets
         rows = rows_per_batch(length, tokens_per_batch)
-        loss = batched_losses(
-            lambda x: model(x.to(device)).float(),  # (b, length) → (b, length, V)
-            seqs[:, :-1],
-            seqs[:, 1:],
-            rows=rows,
-        ).double()
+        loss = cpu_float64(
+            batched_losses(
+                lambda x: model(x.to(device)).float(),  # (b, length) → (b, length, V)
+                seqs[:, :-1],
+                seqs[:, 1:],
+                rows=rows,
+            )
+        )
         block_loss[[i for _, _, i in items]] = loss[:, -train_length:].mean(1)
         if length == E:  # summed batch by batch, as the stored results were
             position_sum = sum(batch.sum(0) for batch in loss.split(rows))
