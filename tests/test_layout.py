@@ -22,8 +22,6 @@ MAX_LINES = 650
 IMPORT_EXCEPTIONS: set[str] = set()
 LENGTH_EXCEPTIONS = {
     # Not split yet (issue 24): each is one subject, only longer than the limit.
-    "experiments/bench.py",  # three benchmarks (rope, bias, decode) and their CLI
-    "layers/pretrained.py",  # loading SmolLM2/MiniLM, swapping RoPE, streaming losses
     "open_models.py",  # the open models' position settings, one table
 }
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 from collections import defaultdict
 
 import torch
-import torch.nn.functional as F
 
+from ..layers.losses import batched_losses, rows_per_batch
 from ..layers.model import TinyLM
+from ..utils import cpu_float64
 from .study_grid import MULTIPLES
 
 @torch.no_grad()
@@ -53,52 +54,19 @@ def window_losses(
     # matched blocks are those with room for the largest *requested* window, also for a
     # scheme that cannot run it (a learned table), so that every scheme's matched set
     # is the same
-    threshold = max(lengths) - train_length
+    blocks = scored_blocks(documents, train_length, max(lengths), block_every)
     lengths = [e for e in lengths if limit is None or e <= limit]
-    longest = max(lengths)
-    device = next(model.parameters()).device
-    blocks = []  # (document, end of the block's targets, matched)
-    counter = 0
-    for d, doc in enumerate(documents):
-        targets = doc.numel() - 1
-        for end in range(train_length, targets + 1, train_length):
-            if counter % block_every == 0:
-                blocks.append((d, end, end - train_length >= threshold))
-            counter += 1
+    is_matched = torch.tensor([m for _, _, m in blocks])
     sliding, matched, position = {}, {}, None
     for E in lengths:
-        windows = defaultdict(list)  # window length -> [(doc, start, block index)]
-        for i, (d, end, _) in enumerate(blocks):
-            start = max(0, end - E)
-            windows[end - start].append((d, start, i))
-        block_loss = torch.empty(len(blocks), dtype=torch.float64)
-        pos_sum, pos_n = None, 0
-        for length, items in windows.items():
-            per = max(1, tokens_per_batch // length)
-            for j in range(0, len(items), per):
-                chunk = items[j : j + per]
-                seqs = torch.stack(
-                    [documents[d][s : s + length + 1] for d, s, _ in chunk]
-                ).long()
-                x, y = seqs[:, :-1].to(device), seqs[:, 1:].to(device)
-                loss = (
-                    F.cross_entropy(
-                        model(x).float().transpose(1, 2), y, reduction="none"
-                    )
-                    .cpu()
-                    .double()
-                )
-                idx = torch.tensor([i for _, _, i in chunk])
-                block_loss[idx] = loss[:, -train_length:].mean(1)
-                if E == longest and length == E:
-                    pos_sum = loss.sum(0) if pos_sum is None else pos_sum + loss.sum(0)
-                    pos_n += loss.shape[0]
-        is_matched = torch.tensor([m for _, _, m in blocks])
+        block_loss, position_loss = score_at_length(
+            model, documents, blocks, E, train_length, tokens_per_batch
+        )
         sliding[E] = float(block_loss.mean())
         if is_matched.any():
             matched[E] = float(block_loss[is_matched].mean())
-        if pos_sum is not None:
-            position = (pos_sum / pos_n).tolist()
+        if E == max(lengths) and position_loss is not None:
+            position = position_loss.tolist()
     return {
         "sliding": sliding,
         "matched": matched,
@@ -107,3 +75,65 @@ def window_losses(
         "bytes": len(blocks) * train_length,
         "position": position,
     }
+
+
+def scored_blocks(
+    documents: list[torch.Tensor], train_length: int, longest: int, block_every: int
+) -> list[tuple[int, int, bool]]:
+    """The blocks :func:`window_losses` scores: ``(document, end of the block's
+    targets, matched)`` for every ``block_every``-th block of L = ``train_length``
+    targets over the whole split; matched when at least ``longest`` − L bytes precede
+    the block in its document."""
+    blocks, counter = [], 0
+    for d, doc in enumerate(documents):
+        for end in range(train_length, doc.numel(), train_length):
+            if counter % block_every == 0:
+                blocks.append((d, end, end - train_length >= longest - train_length))
+            counter += 1
+    return blocks
+
+
+def score_at_length(
+    model: TinyLM,
+    documents: list[torch.Tensor],
+    blocks: list[tuple[int, int, bool]],
+    E: int,
+    train_length: int,
+    tokens_per_batch: int,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Score every block of :func:`scored_blocks` at window length E.
+
+    The windows are grouped by length (fewer than E bytes near a document's start), so
+    that each forward pass holds windows of one length, at most ``tokens_per_batch``
+    tokens.
+
+    Returns:
+        Each block's mean loss over its L = ``train_length`` bytes, float64
+        (n_blocks,), scored by the window of (at most) E bytes that ends with it; and
+        the mean loss at each position, float64 (E,), of the full-length windows (None
+        when no window has E bytes). Nats.
+    """
+    device = next(model.parameters()).device
+    windows = defaultdict(list)  # window length -> [(doc, start, block index)]
+    for i, (d, end, _) in enumerate(blocks):
+        start = max(0, end - E)
+        windows[end - start].append((d, start, i))
+    block_loss = torch.empty(len(blocks), dtype=torch.float64)
+    position_loss = None
+    for length, items in windows.items():
+        seqs = torch.stack([documents[d][s : s + length + 1] for d, s, _ in items])
+        seqs = seqs.long()  # (n, length + 1): inputs and the next-byte targets
+        rows = rows_per_batch(length, tokens_per_batch)
+        loss = cpu_float64(
+            batched_losses(
+                lambda x: model(x.to(device)).float(),  # (b, length) → (b, length, V)
+                seqs[:, :-1],
+                seqs[:, 1:],
+                rows=rows,
+            )
+        )
+        block_loss[[i for _, _, i in items]] = loss[:, -train_length:].mean(1)
+        if length == E:  # summed batch by batch, as the stored results were
+            position_sum = sum(batch.sum(0) for batch in loss.split(rows))
+            position_loss = position_sum / loss.shape[0]
+    return block_loss, position_loss

@@ -26,11 +26,11 @@ keeping sink tokens: it streams with ``sink_tokens=0``.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from .._checks import check_int
+from . import losses
+from .losses import nll, stream_losses
 from .model import TinyLM
-from ..utils import cpu_float64
 
 
 def _check_tokens(tokens: object) -> torch.Tensor:
@@ -49,8 +49,8 @@ def _check_tokens(tokens: object) -> torch.Tensor:
     return tokens
 
 
-def _nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(cpu_float64(logits), targets.cpu(), reduction="none")
+def _device(model: TinyLM) -> torch.device:
+    return next(model.parameters()).device
 
 
 @torch.no_grad()
@@ -68,9 +68,8 @@ def dense_losses(model: TinyLM, tokens: torch.Tensor) -> torch.Tensor:
         raises (a learned table shorter than T).
     """
     tokens = _check_tokens(tokens)
-    device = next(model.parameters()).device
-    logits = model(tokens[None, :-1].to(device))[0]
-    return _nll(logits.cpu(), tokens[1:].cpu())
+    logits = model(tokens[None, :-1].to(_device(model)))[0]
+    return nll(logits.cpu(), tokens[1:], torch.float64)
 
 
 @torch.no_grad()
@@ -96,13 +95,14 @@ def streaming_losses(
     """
     tokens = _check_tokens(tokens)
     cache = model.new_streaming_cache(sink_tokens=sink_tokens, window=window)
-    device = next(model.parameters()).device
-    inputs = tokens[:-1].to(device)
-    first = min(cache.layers[0].capacity, inputs.numel())
-    logits = [model(inputs[None, :first], cache=cache)[0]]
-    for t in range(first, inputs.numel()):
-        logits.append(model(inputs[None, t : t + 1], cache=cache)[0])
-    return _nll(torch.cat(logits).cpu(), tokens[1:].cpu())
+    inputs = tokens[:-1].to(_device(model))
+    return stream_losses(
+        lambda ids: model(ids[None], cache=cache)[0].cpu(),  # (t,) → (t, V)
+        inputs,
+        tokens[1:],
+        first=min(cache.layers[0].capacity, inputs.numel()),
+        dtype=torch.float64,
+    )
 
 
 @torch.no_grad()
@@ -126,15 +126,19 @@ def window_recompute_losses(
     tokens = _check_tokens(tokens)
     window = check_int("window", window, minimum=1)
     batch_size = check_int("batch_size", batch_size, minimum=1)
-    device = next(model.parameters()).device
+    device = _device(model)
     inputs, targets = tokens[:-1], tokens[1:]
-    n = inputs.numel()
-    head = min(window, n)
-    # the first W predictions see the whole prefix: one forward pass
-    logits = [model(inputs[None, :head].to(device))[0].cpu()]
-    if n > head:
-        windows = inputs.unfold(0, window, 1)[1:]  # window ending at t, t = W … n − 1
-        for i in range(0, windows.shape[0], batch_size):
-            chunk = windows[i : i + batch_size].to(device)
-            logits.append(model(chunk)[:, -1].cpu())
-    return _nll(torch.cat(logits), targets.cpu())
+
+    def prefix_losses(n: int) -> torch.Tensor:  # the first n see their whole prefix
+        logits = model(inputs[None, :n].to(device))[0]
+        return nll(logits.cpu(), targets[:n], torch.float64)
+
+    return losses.window_recompute_losses(
+        prefix_losses,
+        lambda windows: model(windows.to(device))[:, -1].cpu(),  # (b, W) → (b, V)
+        inputs,
+        targets,
+        window=window,
+        batch_size=batch_size,
+        dtype=torch.float64,
+    )

@@ -35,6 +35,7 @@ with warnings.catch_warnings():
 
 from .._checks import check_int
 from .data import Corpus, eval_windows, get_batch, load_stdlib_corpus
+from .losses import batched_losses, rows_per_batch
 from .model import ModelConfig, TinyLM
 from ..schemes import get_scheme_class
 from ..utils import cpu_float64, get_device, seed_everything
@@ -489,25 +490,19 @@ def token_losses(
     """
     batch_size = check_int("batch_size", batch_size, minimum=1)
     batch_tokens = check_int("batch_tokens", batch_tokens, minimum=1)
-    batch_size = max(1, min(batch_size, batch_tokens // seq_len))
-    x_all, y_all = eval_windows(data, seq_len, max_tokens)
+    x_all, y_all = eval_windows(data, seq_len, max_tokens)  # (N, T) each
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
-    losses = []
     try:
-        for i in range(0, x_all.shape[0], batch_size):
-            x, y = (
-                x_all[i : i + batch_size].to(device),
-                y_all[i : i + batch_size].to(device),
-            )
-            logits = model(x).float()
-            losses.append(
-                F.cross_entropy(logits.transpose(1, 2), y, reduction="none").cpu()
-            )
+        return batched_losses(
+            lambda x: model(x.to(device)).float(),  # (b, T) → (b, T, V)
+            x_all,
+            y_all,
+            rows=rows_per_batch(seq_len, batch_tokens, batch_size),
+        )
     finally:
         model.train(was_training)
-    return torch.cat(losses)
 
 
 def evaluate(
