@@ -159,7 +159,7 @@ def test_command_prints_the_tables(monkeypatch, capsys, tmp_path):
 
 # ---- the stored run (make bench) -------------------------------------------------------------------
 
-STORED = bench.load_results() if bench.RESULTS_FILE.exists() else None
+STORED = bench.load_bench_results() if bench.RESULTS_FILE.exists() else None
 needs_stored = pytest.mark.skipif(STORED is None, reason="no stored benchmark run")
 
 

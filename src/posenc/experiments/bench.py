@@ -130,7 +130,7 @@ def run_all(config: dict, *, device="cpu", parts=("rope", "bias", "decode")) -> 
     return results
 
 
-def load_results(path: Path | str = RESULTS_FILE) -> dict:
+def load_bench_results(path: Path | str = RESULTS_FILE) -> dict:
     """The stored benchmark run (``make bench``), as :func:`run_all` returns it."""
     return json.loads(Path(path).read_text())
 
@@ -218,7 +218,7 @@ __all__ = [
     "copy_bandwidth",
     "decode_benchmark",
     "decode_model",
-    "load_results",
+    "load_bench_results",
     "main",
     "peak_memory",
     "peak_rss",
