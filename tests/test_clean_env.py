@@ -173,7 +173,10 @@ def shipped_weights_read(weights: Path, since: float) -> dict:
     before posenc shipped weights, on the machine that trained them, one thread)."""
     from safetensors import safe_open
 
-    read = sorted(p for p in weights.glob("*.safetensors") if p.stat().st_atime >= since)
+    # the install cell writes the files during the run: a file was read when its access
+    # time is later than its write time (relatime updates it on the first read after)
+    read = sorted(p for p in weights.glob("*.safetensors")
+                  if p.stat().st_atime >= since and p.stat().st_atime > p.stat().st_mtime + 0.01)
     seconds = 0.0
     for path in read:
         with safe_open(str(path), "pt") as handle:
