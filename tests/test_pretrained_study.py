@@ -12,7 +12,7 @@ from posenc.experiments import pretrained_study
 def test_the_real_model_study_grid_has_unique_keys():
     keys = [r.key() for r in pretrained_study.grid()]
     assert len(keys) == len(set(keys))
-    assert set(pretrained_study.CHECKS) <= set(pretrained_study.grid())
+    assert set(pretrained_study.CHECK_RUNS) <= set(pretrained_study.grid())
 
 
 def test_the_stored_real_model_study_covers_its_grid():
@@ -40,9 +40,9 @@ def test_the_stored_real_model_study_covers_its_grid():
 
 
 def test_the_stored_short_runs_reproduce(smollm2):
-    """The study's check, in the test tier: CHECKS rerun from scratch."""
+    """The study's check, in the test tier: CHECK_RUNS rerun from scratch."""
     rows = pretrained_study.reproduce(*smollm2)
-    assert len(rows) == len(pretrained_study.CHECKS)
+    assert len(rows) == len(pretrained_study.CHECK_RUNS)
     if not all(r["same_tokens"] for r in rows):
         pytest.skip("this Python's pydoc_data.topics differs from the one measured")
     assert all(r["ok"] for r in rows), rows

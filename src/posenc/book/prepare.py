@@ -53,7 +53,7 @@ from ..utils import usable_cpus
 #: last :data:`CHECK_LAST` steps and the validation loss at the training length, in nats
 #: per byte. On one CPU, one torch thread and one torch build the runs are
 #: deterministic and come back exactly; another CPU's kernels sum in another order.
-CHECK_SAMPLE = ("rope", "alibi")
+CHECK_RUNS = ("rope", "alibi")
 CHECK_TOLERANCE = 0.02
 CHECK_LAST = 50
 
@@ -83,7 +83,7 @@ def ship_all(scale: str = "small") -> list[str]:
     return keys
 
 
-def check_shipped(sample=CHECK_SAMPLE, workers: int | None = None) -> list[str]:
+def check_shipped(sample=CHECK_RUNS, workers: int | None = None) -> list[str]:
     """Retrain the book runs of ``sample`` (scheme names) from scratch, ignoring cache
     and shipped weights, and compare their losses with the shipped weights'.
 
@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--check",
         action="store_true",
-        help=f"retrain {', '.join(CHECK_SAMPLE)} from scratch and compare with the "
+        help=f"retrain {', '.join(CHECK_RUNS)} from scratch and compare with the "
         "shipped weights, and exit",
     )
     parser.add_argument(

@@ -19,8 +19,8 @@ are stored, one JSON file per run, in ``src/posenc/results/smollm2/`` with their
 provenance (configuration and its hash, versions, machine, date, seconds, and a
 fingerprint of the tokens). ``python -m posenc.experiments.pretrained_study`` (part of
 ``make study``) computes what is missing; ``--verify`` fails when the stored files do
-not cover the current grid; ``--check`` also reruns the short runs of :data:`CHECKS`
-from scratch and requires their stored values back within :data:`TOLERANCE`.
+not cover the current grid; ``--check`` also reruns the short runs of :data:`CHECK_RUNS`
+from scratch and requires their stored values back within :data:`CHECK_TOLERANCE`.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ NAME = "smollm2"
 VERSION = 1
 BUCKET = 64  # positions per stored mean
 FACTOR = 2.0
-TOLERANCE = 0.01  # nats, on every stored bucket mean of a CHECKS run
+CHECK_TOLERANCE = 0.01  # nats, on every stored bucket mean of a CHECK_RUNS run
 
 
 def methods(original: int = 8192, factor: float = FACTOR) -> dict[str, dict | None]:
@@ -141,11 +141,11 @@ def grid() -> list[RealRun]:
         for text in pretrained.TEXTS
         for method in STREAMING
     ]
-    return list(CHECKS) + runs
+    return list(CHECK_RUNS) + runs
 
 
 # the short runs that --check recomputes: 1024 tokens, the unscaled model and YaRN
-CHECKS = (
+CHECK_RUNS = (
     RealRun("check", "prose", 1024, 0, "none"),
     RealRun("check", "prose", 1024, 0, "yarn"),
 )
@@ -364,7 +364,7 @@ _FIELDS = tuple(f.name for f in dataclasses.fields(RealRun))
 
 
 def reproduce(model=None, tokenizer=None, *, threads: int | None = None) -> list[dict]:
-    """Rerun :data:`CHECKS` from scratch and compare every bucket with the stored
+    """Rerun :data:`CHECK_RUNS` from scratch and compare every bucket with the stored
     value; a run measured on other tokens (another Python's ``pydoc_data``) is
     reported, not compared.
 
@@ -376,7 +376,7 @@ def reproduce(model=None, tokenizer=None, *, threads: int | None = None) -> list
     Returns:
         One dict per run: ``run``, ``same_tokens``, ``difference`` (the largest
         absolute difference of a bucket mean, nats) and ``ok`` (within
-        :data:`TOLERANCE`, or not comparable).
+        :data:`CHECK_TOLERANCE`, or not comparable).
     """
     if threads:
         torch.set_num_threads(threads)
@@ -384,7 +384,7 @@ def reproduce(model=None, tokenizer=None, *, threads: int | None = None) -> list
     if model is None:
         model, tokenizer = pretrained.load("smollm2")
     rows = []
-    for run in CHECKS:
+    for run in CHECK_RUNS:
         record = stored[run.key()]
         fresh = execute(run, model, tokenizer)
         same_text = (
@@ -404,7 +404,7 @@ def reproduce(model=None, tokenizer=None, *, threads: int | None = None) -> list
                 "run": run.label,
                 "same_tokens": same_text,
                 "difference": diff,
-                "ok": (not same_text) or diff <= TOLERANCE,
+                "ok": (not same_text) or diff <= CHECK_TOLERANCE,
             }
         )
     return rows

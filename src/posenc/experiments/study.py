@@ -13,7 +13,7 @@ hash of its configuration and stored with its provenance, so that
 * :func:`load_results` returns a pandas DataFrame of the whole grid and raises when the
   stored files do not cover it (stale);
 * ``python -m posenc.experiments.study --check`` (in ``make test``) reruns a stated
-  sample and requires the stored values back within :data:`REPRODUCE_TOLERANCE`.
+  sample and requires the stored values back within :data:`CHECK_TOLERANCE`.
 
 The study's parts each have a module: the grid (:mod:`posenc.experiments.study_grid`),
 the probes (:mod:`posenc.experiments.probes`), the language-modelling evaluation
@@ -74,10 +74,10 @@ COMMAND = "python -m posenc.experiments.study"
 #: probes are fragile: the same perturbation moved ALiBi's half-learned probes by up to
 #: 0.077, and turned DeBERTa's associative recall from 0.77 into 1.0 (a phase change),
 #: while DeBERTa's learned copy and passkey probes moved by at most 0.017. So the
-#: sample's probe is DeBERTa's, compared on :data:`REPRODUCE_PROBE_TASKS`.
-REPRODUCE_TOLERANCE = {"loss": 0.02, "accuracy": 0.05}
+#: sample's probe is DeBERTa's, compared on :data:`CHECK_PROBE_TASKS`.
+CHECK_TOLERANCE = {"loss": 0.02, "accuracy": 0.05}
 #: The probes whose accuracy the reproduction check compares (see above).
-REPRODUCE_PROBE_TASKS = ("copy", "passkey")
+CHECK_PROBE_TASKS = ("copy", "passkey")
 
 
 # --- running one cell -----------------------------------------------------------
@@ -397,7 +397,7 @@ def load_results(
 
 
 #: What ``--check`` reruns: one seed of two schemes (language modelling) and one probe.
-REPRODUCE_SAMPLE = (("lm", "rope", 0), ("lm", "alibi", 0), ("probe", "deberta", 0))
+CHECK_RUNS = (("lm", "rope", 0), ("lm", "alibi", 0), ("probe", "deberta", 0))
 
 
 def _compared(run: StudyRun, stored: dict, fresh: dict) -> list[dict]:
@@ -406,10 +406,10 @@ def _compared(run: StudyRun, stored: dict, fresh: dict) -> list[dict]:
     out = []
     for r in fresh:
         if r["metric"].startswith("accuracy_depth") or (
-            run.kind == "probe" and r["task"] not in REPRODUCE_PROBE_TASKS
+            run.kind == "probe" and r["task"] not in CHECK_PROBE_TASKS
         ):
             continue  # small samples; a probe on a phase change (see above)
-        tol = REPRODUCE_TOLERANCE["loss" if "loss" in r["metric"] else "accuracy"]
+        tol = CHECK_TOLERANCE["loss" if "loss" in r["metric"] else "accuracy"]
         out.append(
             store.compare(
                 old[(r["task"], r["metric"], r["eval_length"])],
@@ -428,16 +428,16 @@ def _compared(run: StudyRun, stored: dict, fresh: dict) -> list[dict]:
 def reproduce(
     name: str = "length_generalization",
     *,
-    sample=REPRODUCE_SAMPLE,
+    sample=CHECK_RUNS,
     workers: int | None = None,
     device: str = "cpu",
     threads: int = 1,
 ) -> list[dict]:
-    """Rerun :data:`REPRODUCE_SAMPLE` from scratch (no cached weights) and compare
+    """Rerun :data:`CHECK_RUNS` from scratch (no cached weights) and compare
     every value with the stored one.
 
     ``threads`` > 1 changes the order of floating-point reductions, as another CPU's
-    kernels do: how :data:`REPRODUCE_TOLERANCE` was measured.
+    kernels do: how :data:`CHECK_TOLERANCE` was measured.
 
     Returns:
         One dict per compared value: kind, label, task, metric, eval_length, stored,
@@ -546,7 +546,7 @@ def _check(name: str, device: str, threads: int) -> int:
     worst = max(abs(r["difference"]) for r in rows)
     return store.report(
         rows,
-        f"reproduced {len(rows)} stored values of {len(REPRODUCE_SAMPLE)} runs in "
+        f"reproduced {len(rows)} stored values of {len(CHECK_RUNS)} runs in "
         f"{time.perf_counter() - start:.0f} s; largest difference {worst:.2e}",
     )
 
