@@ -14,6 +14,10 @@ With the same frequencies they hold the same numbers in a different order;
 table and Hugging Face MarianMT's. (tensor2tensor, fairseq and the Marian toolkit use
 the frequencies b^(−i/(d/2−1)) instead of the paper's b^(−2i/d): no permutation
 converts their tables.)
+
+Shapes:
+    d feature width (even): a table (..., d) keeps its shape; only the order of its last
+    axis changes (:func:`pair_permutation` is a (d,) index).
 """
 
 from __future__ import annotations

@@ -1,6 +1,12 @@
 """Learned absolute position embeddings (Gehring et al. 2017, "Convolutional Sequence to
 Sequence Learning", §3.1; GPT, BERT): one trainable vector per position, up to a hard
-maximum."""
+maximum.
+
+Shapes:
+    T positions, d model width (``dim``): the table's weight is (max_len, d), a lookup
+    of positions (...) gives (..., d), and the scheme's embedding term adds it to x
+    (B, T, d).
+"""
 
 from __future__ import annotations
 

@@ -19,6 +19,10 @@ diagonal, and symmetry is not defined (there is no "ahead" to compare with).
 :func:`scheme_similarity` computes g for any registered scheme through its plug-in
 points, so the table of properties (:func:`properties_table`) is built by iterating over
 the registry.
+
+Shapes:
+    T positions, d width of an absolute encoding: encodings (T, d), similarity g (T, T)
+    indexed [m, n] (query position m, key position n).
 """
 
 from __future__ import annotations
@@ -236,7 +240,7 @@ def scheme_similarity(
         )
         if points[0] == "q/k transform":
             q, k = scheme.transform_qk(q, k, positions, positions)
-            g = (q @ k.transpose(-2, -1))[0, head]
+            g = (q @ k.transpose(-2, -1))[0, head]  # (1, H, T, T) → (T, T)
             return SchemeSimilarity(
                 cpu_float64(g), "⟨f(q, m), f(k, n)⟩, one random q, k", False
             )

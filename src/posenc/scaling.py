@@ -34,6 +34,10 @@ entry. Parameter names and the formulas follow Hugging Face's
 where ``factor·ℓ/L − (factor − 1) = s``).
 :func:`posenc.rope_config.rope_inv_freq_from_config` reads a transformers v5
 ``config.rope_parameters`` dict directly.
+
+Shapes:
+    r rotated width (``rotary_dim``): every ``rope_type`` returns inv_freq (r/2,), one
+    angle per position for each frequency pair, and a float attention factor.
 """
 
 from __future__ import annotations

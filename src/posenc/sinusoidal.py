@@ -3,6 +3,10 @@ Need", §3.5).
 
 PE(pos, 2i)     = sin(pos · θ_i)
 PE(pos, 2i + 1) = cos(pos · θ_i),       θ_i = b^(−2i/d),  i = 0 … d/2 − 1.
+
+Shapes:
+    T positions, d model width (``dim``, even): positions (...) → encoding (..., d);
+    the scheme's embedding term adds it to x (B, T, d).
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ def sinusoidal_encoding(
     inv_freq = compute_inv_freq(dim, base, device=positions.device, dtype=work)
     angles = positions.to(work)[..., None] * inv_freq  # (..., dim/2)
     if layout == "interleaved":
+        # (..., d/2, 2) → (..., d): sin, cos of pair i at features 2i, 2i + 1
         table = torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)
     else:
         table = torch.cat((angles.sin(), angles.cos()), dim=-1)

@@ -2,6 +2,11 @@
 passkey), what a model with no positional information scores on them (their floors,
 exact), and a model's accuracy on them: the probe part of the length-generalization
 study (:mod:`posenc.experiments.study`), explained in the chapter "The study's results".
+
+Shapes:
+    B items of a probe batch, T bytes each: inputs and targets (B, T) int64, the
+    targets −100 wherever nothing is scored, and the needle's depth (B,); accuracy is
+    the mean over the scored positions.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ read the running Python's: posenc ships a snapshot of CPython 3.11.7's standard 
 Python every stored result and trained model was made with. A chapter on Colab's Python
 trains and scores on the same bytes, so every cache key, shipped weight and stored
 result stays valid there. ``source="running"`` reads this Python's own files instead.
+
+Shapes:
+    N bytes in a split, a uint8 tensor (N,); a batch is inputs x and next-byte targets
+    y, both (B, T) int64, with y[:, t] = x[:, t + 1] in the stream.
 """
 
 from __future__ import annotations
@@ -379,7 +383,7 @@ def eval_windows(
             f"(max_tokens={max_tokens}, data has {data.numel()} bytes)"
         )
     stream = data[: n * seq_len + 1].long()
-    return stream[:-1].view(n, seq_len), stream[1:].view(n, seq_len)
+    return stream[:-1].view(n, seq_len), stream[1:].view(n, seq_len)  # (N·T,) → (N, T)
 
 
 def main(argv: list[str] | None = None) -> int:

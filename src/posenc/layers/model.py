@@ -5,6 +5,11 @@ blocks (LayerNorm → :class:`~posenc.layers.attention.MultiHeadAttention` → r
 LayerNorm → GELU MLP → residual) → LayerNorm → linear head over the byte vocabulary. It
 is small enough to train in a minute on a laptop CPU and reads top to bottom in one
 sitting (after nanoGPT's ``model.py``).
+
+Shapes:
+    B batch, T tokens, d model width (``d_model``), V = 256 bytes: tokens (B, T) → x
+    (B, T, d) through every block → logits (B, T, V); positions (T,) or (B, T) at the
+    boundary (what attention does with them: :mod:`posenc.layers.attention`).
 """
 
 from __future__ import annotations

@@ -49,6 +49,7 @@ def convert_rope_layout(model, layout: str):
     heads, d_model = converted.config.num_heads, converted.config.d_model
     with torch.no_grad():
         for block in converted.blocks:
+            # (3·d, d) → (3, H, d_h, d): q, k, v rows per head
             weight = block.attn.qkv.weight.view(3, heads, scheme.head_dim, d_model)
             weight[:2] = weight[
                 :2, :, order.to(weight.device)

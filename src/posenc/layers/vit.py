@@ -107,8 +107,10 @@ def patchify(
             f"image size {height}×{width} must be divisible by patch_size={p}"
         )
     rows, cols = height // p, width // p
+    # (B, C, rows·p, cols·p) → (B, C, rows, p, cols, p)
     patches = images.reshape(batch, channels, rows, p, cols, p)
-    patches = patches.permute(0, 2, 4, 1, 3, 5).reshape(batch, rows * cols, -1)
+    patches = patches.permute(0, 2, 4, 1, 3, 5)  # (B, rows, cols, C, p, p)
+    patches = patches.reshape(batch, rows * cols, -1)  # (B, rows·cols, C·p·p)
     return patches, (rows, cols)
 
 

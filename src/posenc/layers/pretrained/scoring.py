@@ -1,6 +1,11 @@
 """Scoring text with a transformers causal LM: the loss of each token, in one pass,
 through a StreamingLLM cache, or with the window re-computed (the cores are
-:mod:`posenc.layers.losses`)."""
+:mod:`posenc.layers.losses`).
+
+Shapes:
+    T tokens of one sequence: input_ids (T,) → the loss at every position (T − 1,) in
+    nats (the first token has no prediction).
+"""
 
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ def token_losses(
         ValueError: fewer than 2 tokens, a batch of more than one sequence, or chunk <
             1.
     """
-    ids = input_ids.reshape(1, -1) if input_ids.dim() == 1 else input_ids
+    ids = input_ids.reshape(1, -1) if input_ids.dim() == 1 else input_ids  # (1, T)
     if ids.dim() != 2 or ids.shape[0] != 1 or ids.shape[1] < 2:
         raise ValueError(
             "input_ids must be one sequence of at least 2 tokens, shape (T,) or "

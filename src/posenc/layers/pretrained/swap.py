@@ -99,10 +99,10 @@ def _posenc_attention(
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     from transformers.models.llama.modeling_llama import eager_attention_forward
 
-    shape = (*hidden_states.shape[:-1], -1, attn.head_dim)
+    shape = (*hidden_states.shape[:-1], -1, attn.head_dim)  # (B, T, heads, d_h)
     q = attn.q_proj(hidden_states).view(shape).transpose(1, 2)
     k = attn.k_proj(hidden_states).view(shape).transpose(1, 2)
-    v = attn.v_proj(hidden_states).view(shape).transpose(1, 2)
+    v = attn.v_proj(hidden_states).view(shape).transpose(1, 2)  # (B, heads, T, d_h)
     if rope["record"] is not None:
         rope["record"](attn.layer_idx, q, k)
     rotation = {
@@ -125,6 +125,7 @@ def _posenc_attention(
     out, weights = interface(
         attn, q, k, v, attention_mask, dropout=0.0, scaling=attn.scaling, **kwargs
     )
+    # out (B, T, H, d_h) as transformers' interfaces return it → (B, T, H·d_h)
     return attn.o_proj(out.reshape(*shape[:-2], -1).contiguous()), weights
 
 
@@ -143,7 +144,7 @@ def _streaming_attention(attn, q, k, v, position_ids, rope, rotation):
     out = torch.nn.functional.scaled_dot_product_attention(
         q, k, v, attn_mask=mask, scale=attn.scaling, enable_gqa=True
     )
-    out = out.transpose(1, 2).reshape(*out.shape[:1], out.shape[2], -1)
+    out = out.transpose(1, 2).reshape(*out.shape[:1], out.shape[2], -1)  # (B, T, H·d_h)
     return attn.o_proj(out), None
 
 
@@ -252,8 +253,9 @@ def permute_qk_rows(model: torch.nn.Module, order: torch.Tensor) -> None:
     with torch.no_grad():
         for attn in layers:
             for proj in (attn.q_proj, attn.k_proj):
+                # (heads·d_h, d) → (heads, d_h, d): permute each head's rows
                 weight = proj.weight.view(-1, head_dim, proj.weight.shape[-1])
                 weight.copy_(weight[:, order.to(weight.device)])
                 if proj.bias is not None:
-                    bias = proj.bias.view(-1, head_dim)
+                    bias = proj.bias.view(-1, head_dim)  # (heads, d_h)
                     bias.copy_(bias[:, order.to(bias.device)])
