@@ -155,3 +155,29 @@ def test_the_command_line_plumbing(capsys):
 
     store.print_listing(["k1", "k2"], {"k2"}, key=str, label=lambda r: r.upper())
     assert capsys.readouterr().out == "missing k1  K1\nstored  k2  K2\n"
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "posenc.experiments.study",
+        "posenc.experiments.vit_study",
+        "posenc.experiments.pretrained_study",
+        "posenc.book.prepare",
+    ],
+)
+def test_every_reproduction_check_names_its_sample_and_tolerance_alike(module):
+    """One name per thing: each stored tier's ``--check`` reruns ``CHECK_RUNS`` and
+    compares within ``CHECK_TOLERANCE`` (a number, or a number per metric)."""
+    import importlib
+
+    mod = importlib.import_module(module)
+    assert len(mod.CHECK_RUNS) >= 1
+    tolerances = (
+        mod.CHECK_TOLERANCE.values()
+        if isinstance(mod.CHECK_TOLERANCE, dict)
+        else [mod.CHECK_TOLERANCE]
+    )
+    assert all(isinstance(t, float) and 0 < t < 0.1 for t in tolerances)
+    for old in ("TOLERANCE", "CHECKS", "CHECK_SAMPLE", "REPRODUCE_TOLERANCE"):
+        assert not hasattr(mod, old), f"{module}.{old}: the name is CHECK_*"
