@@ -20,10 +20,7 @@ MAX_LINES = 650
 
 #: Known exceptions, each with its reason; keep these lists short.
 IMPORT_EXCEPTIONS: set[str] = set()
-LENGTH_EXCEPTIONS = {
-    # Not split yet (issue 24): each is one subject, only longer than the limit.
-    "open_models.py",  # the open models' position settings, one table
-}
+LENGTH_EXCEPTIONS: set[str] = set()
 
 
 def module_name(path: Path) -> str:
