@@ -341,8 +341,8 @@ def _save(path: Path, result: TrainResult) -> None:
     the CPU state dict, the losses and the training seconds, atomically (a temporary
     file renamed into place, so a reader never sees half a file)."""
     tmp = path.with_suffix(".tmp")
-    state_dict = {k: v.cpu() for k, v in result.model.state_dict().items()}
-    blob = {"state_dict": state_dict, "losses": result.losses, "seconds": result.seconds}
+    state = {k: v.cpu() for k, v in result.model.state_dict().items()}
+    blob = {"state_dict": state, "losses": result.losses, "seconds": result.seconds}
     torch.save(blob, tmp)
     os.replace(tmp, path)
 
