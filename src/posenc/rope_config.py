@@ -6,7 +6,8 @@ The dict is read in three steps, each a short function: the keys themselves
 (:func:`_read_parameters`: ``rope_type``, ``rope_theta``, the keys to skip), the
 rotated width (:func:`_rotary_dim`, from ``partial_rotary_factor``), and the values a
 type takes from the config when the dict leaves them out (one small function per type
-in ``_FROM_CONFIG``). Everything else is :data:`posenc.scaling.ROPE_INIT_FUNCTIONS`'.
+in ``_FROM_CONFIG``); :func:`_width_and_scaling` takes the last two steps for a type.
+Everything else is :data:`posenc.scaling.ROPE_INIT_FUNCTIONS`'.
 
 Shapes: d_h the width of one head (``head_dim``), r ≤ d_h the rotated width
 (``rotary_dim``); the frequencies are (r/2,).
@@ -122,22 +123,9 @@ def rope_inv_freq_from_config(
         max_position_embeddings = check_int(
             "max_position_embeddings", max_position_embeddings, minimum=1
         )
-    if rope_type == "proportional":  # takes the full d_h and p itself
-        scaling = {"rope_type": "proportional", **params}
-        return rope_inv_freq(head_dim, base, scaling, seq_len=seq_len)
-    rotary_dim = _rotary_dim(head_dim, params.pop("partial_rotary_factor", 1.0))
-    if rope_type == "default":
-        if params:
-            raise ValueError(
-                f"rope_type 'default' does not take {sorted(params)}; its keys are "
-                "['partial_rotary_factor', 'rope_theta', 'rope_type']"
-            )
-        return rope_inv_freq(rotary_dim, base, seq_len=seq_len)
-    fill_in = _FROM_CONFIG.get(rope_type)
-    if fill_in is not None:
-        fill_in(params, _Config(rope_type, max_position_embeddings))
-    scaling = {"rope_type": rope_type, **params}
-    return rope_inv_freq(rotary_dim, base, scaling, seq_len=seq_len)
+    config = _Config(rope_type, max_position_embeddings)
+    width, scaling = _width_and_scaling(params, head_dim, config)
+    return rope_inv_freq(width, base, scaling, seq_len=seq_len)
 
 
 def _read_parameters(rope_parameters: object) -> tuple[str, object, dict]:
@@ -190,6 +178,31 @@ def _rotary_dim(head_dim: int, partial_rotary_factor: object) -> int:
             "(features rotate in pairs)"
         )
     return rotary_dim
+
+
+def _width_and_scaling(
+    params: dict, head_dim: int, config: _Config
+) -> tuple[int, dict | None]:
+    """What :func:`rope_inv_freq` takes for ``config.rope_type``: the width (d_h for
+    "proportional", which reads p itself; else r from ``partial_rotary_factor``) and
+    the scaling dict (None for "default"), with the values the type fills in from the
+    config (``_FROM_CONFIG``). ``params`` are the keys :func:`_read_parameters` left;
+    they are consumed. Raises as :func:`rope_inv_freq_from_config`."""
+    rope_type = config.rope_type
+    if rope_type == "proportional":  # takes the full d_h and p itself
+        return head_dim, {"rope_type": "proportional", **params}
+    rotary_dim = _rotary_dim(head_dim, params.pop("partial_rotary_factor", 1.0))
+    if rope_type == "default":
+        if params:
+            raise ValueError(
+                f"rope_type 'default' does not take {sorted(params)}; its keys are "
+                "['partial_rotary_factor', 'rope_theta', 'rope_type']"
+            )
+        return rotary_dim, None
+    fill_in = _FROM_CONFIG.get(rope_type)
+    if fill_in is not None:
+        fill_in(params, config)
+    return rotary_dim, {"rope_type": rope_type, **params}
 
 
 class _Config:

@@ -277,7 +277,10 @@ def compare_threads(
     return seconds
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m posenc.book.prepare``: the scale, workers,
+    threads and device of the training step, and the modes that only report or
+    check (``--list``, ``--ship``, ``--check``, ``--compare-threads``)."""
     parser = argparse.ArgumentParser(
         prog="python -m posenc.book.prepare", description=__doc__.split("\n\n")[0]
     )
@@ -311,7 +314,29 @@ def main(argv: list[str] | None = None) -> int:
         help="time two runs of STEPS steps with 1 or 2 processes × 1 or 2 "
         "threads, and exit",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _list_runs(scale: str) -> None:
+    """Print each book run at ``scale`` with its cache key and where its weights
+    are: shipped with posenc, in the cache only, or missing (to be trained)."""
+    from ..layers.data import load_stdlib_corpus
+
+    corpus = load_stdlib_corpus()
+    missing = set(missing_runs(book_runs(scale), corpus, scale))
+    for run in book_runs(scale):
+        key = run_key(run, corpus, scale)
+        state = (
+            "missing" if run in missing
+            else "shipped" if shipped_path(key).exists() else "cached"
+        )
+        print(f"{state:8} {key}  {run.label}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m posenc.book.prepare``: train the book's missing runs (the default),
+    or one of the modes of :func:`_parser`. Returns the exit status, 0."""
+    args = _parser().parse_args(argv)
     if args.ship:
         keys = ship_all(args.scale)
         size = sum(shipped_path(k).stat().st_size for k in keys)
@@ -330,17 +355,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{workers} process(es) × {threads} thread(s): {secs:.1f} s")
         return 0
     if args.list:
-        from ..layers.data import load_stdlib_corpus
-
-        corpus = load_stdlib_corpus()
-        missing = set(missing_runs(book_runs(args.scale), corpus, args.scale))
-        for run in book_runs(args.scale):
-            key = run_key(run, corpus, args.scale)
-            state = (
-                "missing" if run in missing
-                else "shipped" if shipped_path(key).exists() else "cached"
-            )
-            print(f"{state:8} {key}  {run.label}")
+        _list_runs(args.scale)
         return 0
     start = time.perf_counter()
     seconds = prepare(

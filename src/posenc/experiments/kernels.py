@@ -4,6 +4,34 @@ tile by tile into preallocated outputs, so that memory sees about one read and o
 of each tensor. It equals :func:`posenc.rope.apply_rope` on q and on k (tests hold it);
 the layers use :func:`posenc.rope.apply_rope`.
 
+Where the time goes in the plain form ``x⊙cos + rotate(x)⊙sin``: RoPE does 3
+floating-point operations per element, so it is bound by memory traffic, and the plain
+form moves each element many times (``rotate`` builds a copy, each product another,
+the sum another, and the cos/sin tables are repeated over both halves).
+:func:`apply_rope_qk` instead
+
+* computes the angles once, (..., T, r/2), for q and k together (:func:`_cos_sin`);
+* rotates tile by tile (:data:`ROPE_TILE_BYTES`: a group of heads and a range of
+  positions), each tile by a few element-wise passes that find it in the CPU's
+  cache — half layout: ``x⊙[cos, cos]`` over whole rows, then ``−x₂⊙sin`` and
+  ``+x₁⊙sin`` into the halves; interleaved float32: one complex multiplication — so
+  that memory traffic stays close to one read and one write of q and k
+  (:func:`_rotate_pairs_into`);
+* takes preallocated outputs (``out=``), or rotates **in place** when ``out`` is
+  ``(q, k)`` (as flash-attn's ``apply_rotary_emb(..., inplace=True)``): a fresh
+  output tensor costs page faults that can exceed the rotation itself on a CPU;
+* with ``fused=True``, runs one ``torch.compile``-d element-wise kernel per tensor
+  instead (:func:`_compiled_rotation`; each element read once and written once in
+  principle; the first call per layout and shape compiles, seconds on a CPU). In the
+  stored CPU run (``make bench``) it was the fastest candidate, 1.6× the
+  read-and-write floor against 2.4× for the tiled passes (an earlier version that
+  wrote the halves by slice assignment was slower than them); on a GPU it becomes
+  one Triton kernel.
+
+``python -m posenc.experiments.bench`` measures it against transformers' eager path
+and the read-and-write floor (the chapter "The cost of positions: RoPE on a CPU",
+book/cost.ipynb).
+
 Shapes:
     B batch, H heads, T tokens, d_h head width, r = 2·len(inv_freq) rotated width.
 """
@@ -16,6 +44,52 @@ import itertools
 import torch
 
 from ..rope import check_rope_input
+
+
+def _check_qk(
+    q: torch.Tensor,
+    k: object,
+    positions: torch.Tensor,
+    inv_freq: torch.Tensor | None,
+    base: float,
+    layout: str,
+) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """``(positions, inv_freq, layout)`` as :func:`posenc.rope.check_rope_input`
+    returns them for q, after checking that k is a floating tensor that matches q
+    (head_dim, dtype, device) and passes the same checks. Raises as
+    :func:`apply_rope_qk`."""
+    positions, inv_freq, layout = check_rope_input(
+        q, positions, inv_freq, base, layout, "q"
+    )
+    if not isinstance(k, torch.Tensor) or not k.is_floating_point():
+        raise TypeError(
+            f"k must be a floating tensor, got {getattr(k, 'dtype', type(k))}"
+        )
+    if k.shape[-1] != q.shape[-1] or k.dtype != q.dtype or k.device != q.device:
+        raise ValueError(
+            "q and k must share head_dim, dtype and device, got "
+            f"{tuple(q.shape)} {q.dtype} {q.device} and {tuple(k.shape)} {k.dtype} "
+            f"{k.device}"
+        )
+    check_rope_input(k, positions, inv_freq, base, layout, "k")
+    return positions, inv_freq, layout
+
+
+def _cos_sin(
+    positions: torch.Tensor,
+    inv_freq: torch.Tensor,
+    attention_factor: float,
+    like: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the angles m·θ_i, (..., T, r/2), times ``attention_factor``:
+    computed in float32 once for q and k together, then cast to ``like``'s dtype and
+    device."""
+    angles = positions.to(torch.float32)[..., None] * inv_freq.to(
+        device=positions.device, dtype=torch.float32
+    )
+    cos = (angles.cos() * attention_factor).to(device=like.device, dtype=like.dtype)
+    sin = (angles.sin() * attention_factor).to(device=like.device, dtype=like.dtype)
+    return cos, sin
 
 
 def _check_out(out: object, q: torch.Tensor, k: torch.Tensor) -> tuple | None:
@@ -166,31 +240,10 @@ def apply_rope_qk(
     """Rotate queries and keys by their positions: the package's fast path, the same
     rotation as :func:`apply_rope` applied to ``q`` and to ``k``.
 
-    Where the time goes in the plain form ``x⊙cos + rotate(x)⊙sin``: RoPE does 3
-    floating-point operations per element, so it is bound by memory traffic, and the
-    plain form moves each element many times (``rotate`` builds a copy, each product
-    another, the sum another, and the cos/sin tables are repeated over both halves).
-    This function instead
-
-    * computes the angles once, (..., T, r/2), for q and k together;
-    * rotates tile by tile (:data:`ROPE_TILE_BYTES`: a group of heads and a range of
-      positions), each tile by a few element-wise passes that find it in the CPU's
-      cache — half layout: ``x⊙[cos, cos]`` over whole rows, then ``−x₂⊙sin`` and
-      ``+x₁⊙sin`` into the halves; interleaved float32: one complex multiplication — so
-      that memory traffic stays close to one read and one write of q and k;
-    * takes preallocated outputs (``out=``), or rotates **in place** when ``out`` is
-      ``(q, k)`` (as flash-attn's ``apply_rotary_emb(..., inplace=True)``): a fresh
-      output tensor costs page faults that can exceed the rotation itself on a CPU;
-    * with ``fused=True``, runs one ``torch.compile``-d element-wise kernel per tensor
-      instead (each element read once and written once in principle; the first call
-      per layout and shape compiles, seconds on a CPU). In the stored CPU run
-      (``make bench``) it was the fastest candidate, 1.6× the read-and-write floor
-      against 2.4× for the tiled passes (an earlier version that wrote the halves by
-      slice assignment was slower than them); on a GPU it becomes one Triton kernel.
-
-    ``python -m posenc.experiments.bench`` measures it against transformers' eager path
-    and the read-and-write floor (the chapter "The cost of positions: RoPE on a CPU",
-    book/cost.ipynb).
+    The angles are computed once for both tensors; each tensor is then rotated tile
+    by tile into its output (or in place), or by one compiled kernel with
+    ``fused=True``. Why this is faster than the plain form, and by how much in the
+    stored run: the module docstring.
 
     Args:
         q: (..., T, head_dim) float queries, e.g. (B, H, T, d_h).
@@ -228,26 +281,9 @@ def apply_rope_qk(
     Source: Su et al. 2021, RoFormer, §3.4.2 (Eq. 34: the computationally efficient
     element-wise form); in-place rotation as in flash-attn's ``apply_rotary_emb``.
     """
-    positions, inv_freq, layout = check_rope_input(
-        q, positions, inv_freq, base, layout, "q"
-    )
-    if not isinstance(k, torch.Tensor) or not k.is_floating_point():
-        raise TypeError(
-            f"k must be a floating tensor, got {getattr(k, 'dtype', type(k))}"
-        )
-    if k.shape[-1] != q.shape[-1] or k.dtype != q.dtype or k.device != q.device:
-        raise ValueError(
-            "q and k must share head_dim, dtype and device, got "
-            f"{tuple(q.shape)} {q.dtype} {q.device} and {tuple(k.shape)} {k.dtype} "
-            f"{k.device}"
-        )
-    check_rope_input(k, positions, inv_freq, base, layout, "k")
+    positions, inv_freq, layout = _check_qk(q, k, positions, inv_freq, base, layout)
     out = _check_out(out, q, k)
-    angles = positions.to(torch.float32)[..., None] * inv_freq.to(
-        device=positions.device, dtype=torch.float32
-    )
-    cos = (angles.cos() * attention_factor).to(device=q.device, dtype=q.dtype)
-    sin = (angles.sin() * attention_factor).to(device=q.device, dtype=q.dtype)
+    cos, sin = _cos_sin(positions, inv_freq, attention_factor, q)
     if out is None:
         out = (torch.empty_like(q), torch.empty_like(k))
     half = layout == "half"

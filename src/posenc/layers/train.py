@@ -229,21 +229,11 @@ def train(
         if use_shipped and shipped_path(key).exists() and not path.exists():
             return load_shipped(key, model_config, train_config, device)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(
-            str(path) + ".lock"
-        ):  # two processes asking for one config train it once
+        # two processes asking for one config train it once
+        with FileLock(str(path) + ".lock"):
             if path.exists():
                 return _load(path, model_config, train_config, key, device)
-            if os.environ.get(REQUIRE_CACHED_ENV) == "1":
-                raise RuntimeError(
-                    f"{REQUIRE_CACHED_ENV}=1 and run {key} (scheme "
-                    f"{model_config.scheme!r}, options "
-                    f"{model_config.scheme_options}, seq_len {train_config.seq_len}) "
-                    f"is not in {cache_dir()}: the "
-                    "build trains every model before the notebooks run; add this run "
-                    "to posenc.experiments.book_runs() and run "
-                    "`python -m posenc.book.prepare`"
-                )
+            _check_may_train(key, model_config, train_config)
             if progress:
                 print(
                     f"training {model_config.scheme} ({train_config.steps} steps of "
@@ -254,18 +244,7 @@ def train(
             result = _train(
                 model_config, train_config, corpus, device, key, progress, init
             )
-            tmp = path.with_suffix(".tmp")
-            torch.save(
-                {
-                    "state_dict": {
-                        k: v.cpu() for k, v in result.model.state_dict().items()
-                    },
-                    "losses": result.losses,
-                    "seconds": result.seconds,
-                },
-                tmp,
-            )
-            os.replace(tmp, path)
+            _save(path, result)
             return result
     return _train(model_config, train_config, corpus, device, key, progress, init)
 
@@ -340,6 +319,32 @@ def ship(key: str, provenance: dict | None = None) -> Path:
     metadata["aliases"] = json.dumps(aliases, sort_keys=True)
     save_file(state, str(path), metadata=metadata)
     return path
+
+
+def _check_may_train(
+    key: str, model_config: ModelConfig, train_config: TrainConfig
+) -> None:
+    """Raise the RuntimeError of :func:`train` when run ``key`` would be trained while
+    ``POSENC_REQUIRE_CACHED=1`` (the book build trains every model first)."""
+    if os.environ.get(REQUIRE_CACHED_ENV) == "1":
+        raise RuntimeError(
+            f"{REQUIRE_CACHED_ENV}=1 and run {key} (scheme {model_config.scheme!r}, "
+            f"options {model_config.scheme_options}, seq_len {train_config.seq_len}) "
+            f"is not in {cache_dir()}: the build trains every model before the "
+            "notebooks run; add this run to posenc.experiments.book_runs() and run "
+            "`python -m posenc.book.prepare`"
+        )
+
+
+def _save(path: Path, result: TrainResult) -> None:
+    """Write a trained run to the cache file ``path`` (read back by :func:`_load`):
+    the CPU state dict, the losses and the training seconds, atomically (a temporary
+    file renamed into place, so a reader never sees half a file)."""
+    tmp = path.with_suffix(".tmp")
+    state = {k: v.cpu() for k, v in result.model.state_dict().items()}
+    blob = {"state_dict": state, "losses": result.losses, "seconds": result.seconds}
+    torch.save(blob, tmp)
+    os.replace(tmp, path)
 
 
 def _load(
