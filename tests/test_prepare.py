@@ -41,12 +41,12 @@ def test_a_fine_tune_starts_from_its_base_run():
     assert model_cfg.d_model == base_model.d_model
 
 
-def test_missing_runs_agree_with_what_training_caches(tiny):
+def test_untrained_runs_agree_with_what_training_caches(tiny):
     base = BookRun.of("rope")
     tuned = BookRun.of("rope", fine_tune_multiple=2, fine_tune_options={"scaling": None}, label="tuned")
-    assert prepare.missing_runs([base, tuned], tiny, "tiny") == [base, tuned]
+    assert prepare.untrained_runs([base, tuned], tiny, "tiny") == [base, tuned]
     tuned.run(tiny, scale="tiny", device="cpu", progress=False)  # trains the base run on the way
-    assert prepare.missing_runs([base, tuned], tiny, "tiny") == []
+    assert prepare.untrained_runs([base, tuned], tiny, "tiny") == []
     assert prepare.run_key(base, tiny, "tiny") != prepare.run_key(tuned, tiny, "tiny")
 
 

@@ -40,7 +40,7 @@ from ..experiments.runs import (
     BookRun,
     book_runs,
     experiment_config,
-    missing_runs,
+    untrained_runs,
     run_key,
 )
 from ..layers.train import cache_dir, load_shipped, ship, shipped_path, tqdm
@@ -201,12 +201,12 @@ def prepare(
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
     corpus = load_stdlib_corpus()
-    todo = missing_runs(book_runs(scale), corpus, scale)
+    todo = untrained_runs(book_runs(scale), corpus, scale)
     # a fine-tune's base run is trained first when it is missing (it is a book run of
     # its own too)
     todo += [
         b
-        for b in missing_runs(
+        for b in untrained_runs(
             {r.base for r in todo if r.fine_tune_multiple}, corpus, scale
         )
         if b not in todo
@@ -215,7 +215,9 @@ def prepare(
         return {}
 
     def is_ready(run: BookRun) -> bool:
-        return not run.fine_tune_multiple or not missing_runs([run.base], corpus, scale)
+        return not run.fine_tune_multiple or not untrained_runs(
+            [run.base], corpus, scale
+        )
 
     waiting = [r for r in todo if not is_ready(r)]
     seconds: dict[str, float] = {}
@@ -323,7 +325,7 @@ def _list_runs(scale: str) -> None:
     from ..layers.data import load_stdlib_corpus
 
     corpus = load_stdlib_corpus()
-    missing = set(missing_runs(book_runs(scale), corpus, scale))
+    missing = set(untrained_runs(book_runs(scale), corpus, scale))
     for run in book_runs(scale):
         key = run_key(run, corpus, scale)
         state = (

@@ -75,9 +75,11 @@ def run_key(run: BookRun, corpus, scale: str) -> str:
     return key if tuned is None else cache_key(*tuned, corpus, init_key=key)
 
 
-def missing_runs(runs: list[BookRun], corpus, scale: str) -> list[BookRun]:
-    """The runs whose weights are neither in :func:`posenc.layers.train.cache_dir` nor
-    among the weights that ship with posenc."""
+def untrained_runs(runs: list[BookRun], corpus, scale: str) -> list[BookRun]:
+    """The runs not trained yet: their weights are neither in
+    :func:`posenc.layers.train.cache_dir` nor among the weights that ship with posenc.
+    (:func:`posenc.experiments.store.missing_runs` is another thing: the runs of a
+    study that have no stored result.)"""
     missing = []
     for r in runs:
         key = run_key(r, corpus, scale)
@@ -104,7 +106,7 @@ def training_plan(scale: str | None = None) -> str:
             f"scale must be one of {', '.join(map(repr, SCALES))}; got {scale!r}"
         )
     runs = book_runs(scale)
-    missing = missing_runs(runs, load_stdlib_corpus(), scale)
+    missing = untrained_runs(runs, load_stdlib_corpus(), scale)
     if not missing:
         return (
             f"scale {scale!r}: every model the chapters load ships with posenc or is "
