@@ -214,10 +214,9 @@ def prepare(
     if not todo:
         return {}
 
-    def is_ready(run: BookRun) -> bool:
-        return not run.fine_tune_multiple or not untrained_runs(
-            [run.base], corpus, scale
-        )
+    def is_ready(run: BookRun) -> bool:  # a fine-tune waits for its base
+        base = [run.base] if run.fine_tune_multiple else []
+        return not untrained_runs(base, corpus, scale)
 
     waiting = [r for r in todo if not is_ready(r)]
     seconds: dict[str, float] = {}
