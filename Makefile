@@ -21,6 +21,9 @@ export POSENC_REQUIRE_CACHED := 1
 # running something else, torch's spinning OpenMP threads slow the chapters down many times over
 # (the KV-cache timing cell went from 0.3 s to 10 s). Training runs one process per core instead.
 export OMP_NUM_THREADS := 1
+# Figures a reader moves load plotly.js from the built site (posenc.book.interactive); unset on
+# Colab and Jupyter, where they load it from the jsDelivr mirror of the same npm package.
+export POSENC_FIGURES := site
 
 # Browser assets served by the site itself (MathJax 3, reveal.js 4), pinned by package-lock.json.
 VENDOR := book/_vendor

@@ -348,3 +348,70 @@ def test_every_link_to_a_section_resolves(browser, base_url, page):
             continue
         browser.get(path)
         assert browser.execute_script("return !!document.getElementById(arguments[0])", anchor), f"{page}: {url} has no #{anchor}"
+
+
+# Pages with figures a reader moves (posenc.book.interactive), and what the test checks on each.
+INTERACTIVE = {"book/rope.html": 1, "book/relative.html": 1}
+FIGURE_STATE = """
+const out = [];
+document.querySelectorAll('.posenc-interactive-plot').forEach((gd) => {
+  const spec = JSON.parse(document.getElementById(gd.id + '-spec').textContent);
+  const key = (gd.layout.sliders || []).map((s) => s.active).join(',');
+  out.push({id: gd.id, key: key, values: (gd.layout.sliders || []).map((s) => s.steps[s.active].label),
+    shown: Array.from(gd.querySelectorAll('.annotation-text')).map((e) => e.textContent),
+    stored: (spec.states[key].layout.annotations || []).map((a) => a.text),
+    traces: gd.data.map((t) => [t.x, t.y]),
+    stored_traces: spec.states[key].data.map((t) => [t.x, t.y]),
+    min_font: Math.min(...Array.from(gd.querySelectorAll('text')).filter((t) =>
+      t.getBoundingClientRect().width > 0).map((t) => parseFloat(getComputedStyle(t).fontSize))),
+    width: gd.getBoundingClientRect().width,
+    column: (gd.closest('article') || document.body).getBoundingClientRect().width});
+});
+return out;
+"""
+
+
+def figure_states(driver) -> list[dict]:
+    WebDriverWait(driver, 20).until(lambda d: d.execute_script(
+        "return document.querySelectorAll('.posenc-interactive-plot .main-svg').length > 0"))
+    return driver.execute_script(FIGURE_STATE)
+
+
+@pytest.mark.parametrize("page", sorted(INTERACTIVE))
+@pytest.mark.parametrize("width", [1280, site_goals.PHONE_WIDTH])
+def test_figures_move_and_show_the_package_numbers(browser, base_url, page, width):
+    """Each slider of each figure, moved by a click on its rail, changes the figure to the state
+    the package computed for the new values (tests/test_interactive.py holds those states to the
+    package's functions); text is at least 12 px and the figure fits the column or the phone;
+    plotly.js came from the site (the browser cannot reach another host) with no console error."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    browser.set_window_size(width, 900)
+    browser.get(f"{base_url}/{page}")
+    before = figure_states(browser)
+    assert len(before) == INTERACTIVE[page]
+    rails = browser.find_elements("css selector", ".posenc-interactive-plot .slider-rail-touch-rect")
+    assert rails, f"{page}: no slider"
+    for rail in rails:
+        browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", rail)
+        old = {f["id"]: f["key"] for f in figure_states(browser)}
+        for fraction in (0.9, 0.1):
+            ActionChains(browser).move_to_element_with_offset(
+                rail, int(rail.rect["width"] * (fraction - 0.5)), 0).click().perform()
+            now = figure_states(browser)
+            if any(old[f["id"]] != f["key"] for f in now):
+                break
+        assert any(old[f["id"]] != f["key"] for f in now), f"{page}: a slider did not move"
+        for f in now:
+            assert f["shown"] == f["stored"], f"{page}: the figure shows {f['shown']}, stored {f['stored']}"
+            assert f["traces"] == f["stored_traces"], f"{page}: the traces are not the state's"
+    for f in figure_states(browser):
+        assert f["min_font"] >= 12, f"{page}: figure text of {f['min_font']} px"
+        assert f["width"] <= f["column"] + 1, f"{page}: the figure is wider than the column"
+    rope = [f for f in figure_states(browser) if f["values"] and page.endswith("rope.html")]
+    if rope:
+        from posenc.book.explorers import rotated_pair
+
+        m, n = map(int, rope[0]["values"])
+        assert f"score q·k = {rotated_pair(m, n)[2]:.4f}" in rope[0]["shown"][0]
+    assert console_errors(browser) == []

@@ -185,6 +185,15 @@ def myst_to_markdown(source: str, cite: Citations) -> str:
 SUBTITLE = "posenc · Positional encodings for transformers"
 
 
+def static_figure(output):
+    """A figure the reader moves on the site (posenc.book.interactive) is shown in the deck by
+    its static PNG: its HTML needs the site's plotly.js and sliders a lecture does not use."""
+    data = output.get("data", {})
+    if "posenc-interactive" in str(data.get("text/html", "")) and "image/png" in data:
+        del data["text/html"]
+    return output
+
+
 class BookToSlides(Preprocessor):
     """Apply the book's conventions to a deck: the outputs of the book build, MyST to Markdown,
     and the cell tags the book obeys. What the site folds, the deck leaves out: a folded cell
@@ -215,6 +224,7 @@ class BookToSlides(Preprocessor):
                     cell.metadata["transient"] = {"remove_source": True}
                 if tags & {"remove-output", "hide-output"}:
                     cell.outputs = []
+                cell.outputs = [static_figure(o) for o in cell.outputs]
                 if "remove-stderr" in tags:
                     cell.outputs = [o for o in cell.outputs if not (o.output_type == "stream" and o.name == "stderr")]
             cells.append(cell)
