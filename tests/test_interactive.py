@@ -115,3 +115,75 @@ def test_the_decks_show_the_static_png():
     assert set(out["data"]) == {"image/png", "text/plain"}
     plain = {"output_type": "display_data", "data": {"text/html": "<table></table>"}}
     assert static_figure(plain)["data"] == {"text/html": "<table></table>"}
+
+
+def test_wavelength_states_are_two_pi_over_theta_and_count_the_long_pairs():
+    figure = explorers.rope_wavelengths()
+    assert len(figure.states) == 72
+    for key, state in figure.states.items():
+        i, j, k, s = map(int, key.split(","))
+        d, b = explorers.WAVE_HEAD_DIMS[i], explorers.WAVE_BASES[j]
+        length, factor = explorers.WAVE_TRAIN_LENGTHS[k], explorers.WAVE_FACTORS[s]
+        expected = [2 * math.pi * b ** (2 * p / d) for p in range(d // 2)]  # RoFormer's θ_i
+        assert state["data"][0]["y"] == pytest.approx(expected, rel=1e-4)
+        assert state["data"][1]["y"] == [length] * 2 and state["data"][2]["y"] == [factor * length] * 2
+        count = sum(w > length for w in expected)
+        assert state["layout"]["annotations"][0]["text"].startswith(f"{count} of {d // 2} pairs")
+
+
+def test_scaling_states_follow_each_rule():
+    figure = explorers.scaling_curves()
+    assert len(figure.states) == 120
+    d, base, length = explorers.SCALE_HEAD_DIM, explorers.SCALE_BASE, explorers.SCALE_LENGTH
+    for key, state in figure.states.items():
+        i, _, _, lo, hi = map(int, key.split(","))
+        s = explorers.SCALE_FACTORS[i]
+        curves = {t["name"]: t["y"] for t in state["data"]}
+        assert curves["PI (linear)"] == pytest.approx([1 / s] * (d // 2), rel=1e-4)
+        # NTK-aware divides pair i's frequency by s^(2i/(d-2)) (the chapter's exercise)
+        assert curves["NTK-aware"] == pytest.approx([s ** (-2 * p / (d - 2)) for p in range(d // 2)], rel=1e-3)
+        assert curves["YaRN"][0] == pytest.approx(1) and curves["YaRN"][-1] == pytest.approx(1 / s, rel=1e-4)
+        # Llama 3: pairs faster than L / high_freq_factor kept, slower than L / low_freq_factor divided by s
+        low, high = explorers.SCALE_LOW_FREQ[lo], explorers.SCALE_HIGH_FREQ[hi]
+        for p, ratio in enumerate(curves["Llama 3"]):
+            wavelength = 2 * math.pi * base ** (2 * p / d)
+            if wavelength < length / high:
+                assert ratio == pytest.approx(1, rel=1e-4)
+            elif wavelength > length / low:
+                assert ratio == pytest.approx(1 / s, rel=1e-4)
+
+
+def test_alibi_states_are_the_softmax_of_the_paper_slopes():
+    figure = explorers.alibi_attention()
+    assert len(figure.states) == 16
+    for key, state in figure.states.items():
+        i, j = map(int, key.split(","))
+        heads, query = explorers.ALIBI_HEADS[i], explorers.ALIBI_QUERIES[j]
+        assert len(state["data"]) == heads
+        for h, trace in enumerate(state["data"]):
+            slope = 2 ** (-8 * (h + 1) / heads)  # Press et al. 2022, §3, for H a power of two
+            logits = [-slope * (query - n) for n in range(query + 1)]
+            total = sum(math.exp(v) for v in logits)
+            assert trace["y"] == pytest.approx([math.exp(v) / total for v in logits], rel=1e-4)
+
+
+def test_attention_maps_are_the_models_weights_and_their_mean_distance():
+    from posenc.layers.model import ModelConfig, TinyLM
+
+    torch.manual_seed(0)
+    models = {name: TinyLM(ModelConfig(scheme=name, d_model=32, num_heads=2, num_layers=2))
+              for name in ("alibi", "rope")}
+    tokens = torch.randint(0, 256, (12,))
+    figure = explorers.attention_maps(models, tokens)
+    assert len(figure.states) == 2 * 2 * 2
+    _, weights = models["rope"](tokens[None], need_weights=True)
+    z = torch.tensor(figure.states["1,1,0"]["data"][0]["z"])  # rope, layer 2, head 1
+    assert torch.allclose(z, weights[1][0, 0], atol=0.005)
+    w = weights[1][0, 0].double()
+    by_hand = sum(float(w[m, n]) * (m - n) for m in range(12) for n in range(m + 1)) / 12
+    assert explorers.mean_distance(w) == pytest.approx(by_hand)
+    assert f"{by_hand:.1f} positions back" in figure.states["1,1,0"]["layout"]["annotations"][0]["text"]
+    with pytest.raises(ValueError, match="differ in"):
+        explorers.attention_maps(
+            {**models, "one layer": TinyLM(ModelConfig(scheme="rope", d_model=32, num_heads=2, num_layers=1))},
+            tokens)

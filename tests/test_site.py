@@ -351,7 +351,8 @@ def test_every_link_to_a_section_resolves(browser, base_url, page):
 
 
 # Pages with figures a reader moves (posenc.book.interactive), and what the test checks on each.
-INTERACTIVE = {"book/rope.html": 1, "book/relative.html": 1}
+INTERACTIVE = {"book/rope.html": 1, "book/relative.html": 1, "book/context_extension.html": 2,
+               "book/alibi.html": 2}
 FIGURE_STATE = """
 const out = [];
 document.querySelectorAll('.posenc-interactive-plot').forEach((gd) => {
@@ -362,7 +363,7 @@ document.querySelectorAll('.posenc-interactive-plot').forEach((gd) => {
     stored: (spec.states[key].layout.annotations || []).map((a) => a.text),
     traces: gd.data.map((t) => [t.x, t.y]),
     stored_traces: spec.states[key].data.map((t) => [t.x, t.y]),
-    min_font: Math.min(...Array.from(gd.querySelectorAll('text')).filter((t) =>
+    min_font: Math.min(...Array.from(gd.querySelectorAll('text, tspan')).filter((t) =>
       t.getBoundingClientRect().width > 0).map((t) => parseFloat(getComputedStyle(t).fontSize))),
     width: gd.getBoundingClientRect().width,
     column: (gd.closest('article') || document.body).getBoundingClientRect().width});

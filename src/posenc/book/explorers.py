@@ -8,19 +8,27 @@ each computed by the package's own functions at every state.
   (:func:`posenc.relative_buckets.t5_relative_position_bucket`, causal) for the
   ``num_buckets`` and ``max_distance`` picked, and the buckets a training length never
   reaches.
+* :func:`rope_wavelengths` and :func:`scaling_curves` (chapter "Extending the
+  context"): every pair's wavelength against the training and target lengths, and
+  θ′/θ per pair for each ``rope_type``, from :func:`posenc.rope_inv_freq`.
+* :func:`alibi_attention` and :func:`attention_maps` (chapter "ALiBi"): the attention
+  each head's bias alone gives at one query, and the trained tiny LMs' attention maps.
 
 Shapes:
-    one pair of q and k, (2,); distances (D,) and their buckets (D,).
+    one pair of q and k, (2,); distances (D,) and their buckets (D,); inv_freq (r/2,);
+    attention maps (T, T), queries by keys.
 """
 
 from __future__ import annotations
 
 import torch
 
+from ..alibi import alibi_bias, alibi_slopes
 from ..relative_buckets import t5_relative_position_bucket
 from ..rope import apply_rope
+from ..scaling import rope_inv_freq
 from .interactive import Control, Explorer
-from .plotting import OKABE_ITO
+from .plotting import OKABE_ITO, SEQUENTIAL_CMAP
 
 #: The pair of the RoPE chapter's first figure (its cell ``q_pair, k_pair``), at θ.
 ROPE_Q, ROPE_K, ROPE_THETA = (1.0, 0.15), (0.35, 0.85), 0.4
@@ -163,6 +171,283 @@ def t5_buckets() -> Explorer:
             "xaxis": {"title": {"text": "distance query − key"},
                       "range": [0, T5_DISTANCES]},
             "yaxis": {"title": {"text": "bucket"}, "range": [-0.5, 32]},
+            "showlegend": False,
+        },
+    )
+
+
+def _line(x, y, name: str, color: str, **extra) -> dict:
+    return {"type": "scatter", "x": list(x), "y": [float(f"{v:.6g}") for v in y],
+            "mode": "lines", "name": name, "line": {"color": color, "width": 2.5},
+            **extra}
+
+
+def _readout(text: str) -> dict:
+    return {"x": 0.0, "y": 1.0, "xref": "paper", "yref": "paper", "xanchor": "left",
+            "yanchor": "bottom", "showarrow": False, "text": text, "align": "left"}
+
+
+#: The choices of :func:`rope_wavelengths` (72 states).
+WAVE_HEAD_DIMS = (64, 128)
+WAVE_BASES = (10_000.0, 500_000.0, 1_000_000.0)
+WAVE_TRAIN_LENGTHS = (2048, 4096, 8192)
+WAVE_FACTORS = (2, 4, 8, 16)
+
+
+def long_wavelength_pairs(head_dim: int, base: float, train_length: int) -> int:
+    """How many of RoPE's pairs turn less than once within ``train_length`` (their
+    wavelength 2π/θ_i is longer): past it they reach angles training never showed."""
+    inv_freq, _ = rope_inv_freq(head_dim, base)
+    return int((2 * torch.pi / inv_freq.double() > train_length).sum())
+
+
+def rope_wavelengths() -> Explorer:
+    """Every pair's wavelength 2π/θ_i (θ_i from :func:`posenc.rope_inv_freq`) against
+    the training length L and a target length s·L (RoFormer §3.4; YaRN §3.2)."""
+
+    def state(head_dim: int, base: float, train_length: int, factor: int) -> dict:
+        inv_freq, _ = rope_inv_freq(head_dim, base)
+        wavelength = (2 * torch.pi / inv_freq.double()).tolist()
+        pairs = range(head_dim // 2)
+        ends = [0, head_dim // 2 - 1]
+        count = long_wavelength_pairs(head_dim, base, train_length)
+        return {
+            "data": [
+                _line(pairs, wavelength, "wavelength 2π/θ_i", OKABE_ITO[0],
+                      mode="lines+markers", marker={"size": 4}),
+                _line(ends, [train_length] * 2, "training length L", OKABE_ITO[3],
+                      line={"color": OKABE_ITO[3], "dash": "dash", "width": 2}),
+                _line(ends, [factor * train_length] * 2, f"target {factor}·L",
+                      OKABE_ITO[2], line={"color": OKABE_ITO[2], "dash": "dot",
+                                          "width": 2}),
+            ],
+            "annotations": [_readout(
+                f"{count} of {head_dim // 2} pairs turn less than once within L"
+            )],
+        }
+
+    return Explorer(
+        controls=[
+            Control("head_dim", WAVE_HEAD_DIMS, "head_dim", default=1),
+            Control("base", WAVE_BASES, "base (rope_theta)", default=1),
+            Control("train_length", WAVE_TRAIN_LENGTHS, "training length L", default=2),
+            Control("factor", WAVE_FACTORS, "target length s·L, s", default=1),
+        ],
+        state=state,
+        layout={
+            "xaxis": {"title": {"text": "pair i"}},
+            "yaxis": {"title": {"text": "tokens per turn"}, "type": "log",
+                      "exponentformat": "e", "dtick": 1},
+            "legend": {"x": 0.01, "xanchor": "left", "y": 0.98, "yanchor": "top",
+                       "bgcolor": "rgba(255,255,255,0.8)"},
+        },
+    )
+
+
+#: The choices of :func:`scaling_curves` (120 states), for the context-extension
+#: chapter's Llama-2-sized head (d = 128, b = 10000, L = 4096).
+SCALE_HEAD_DIM, SCALE_BASE, SCALE_LENGTH = 128, 10_000.0, 4096
+SCALE_FACTORS = (2, 4, 8, 16, 32)
+SCALE_BETA_FAST = (16, 32, 64)
+SCALE_BETA_SLOW = (1, 2)
+SCALE_LOW_FREQ = (1, 2)
+SCALE_HIGH_FREQ = (4, 8)
+
+
+def scaled_ratios(factor, beta_fast, beta_slow, low_freq_factor, high_freq_factor):
+    """θ′_i/θ_i of every pair for each ``rope_type`` the figure draws, from
+    :func:`posenc.rope_inv_freq` (dynamic at the length s·L)."""
+    length = SCALE_LENGTH
+    plain, _ = rope_inv_freq(SCALE_HEAD_DIM, SCALE_BASE)
+    configs = {
+        "PI (linear)": ({"rope_type": "linear", "factor": factor}, None),
+        "NTK-aware": ({"rope_type": "ntk", "factor": factor}, None),
+        "dynamic at s·L": ({"rope_type": "dynamic", "factor": factor,
+                            "original_max_position_embeddings": length},
+                           factor * length),
+        "YaRN": ({"rope_type": "yarn", "factor": factor, "beta_fast": beta_fast,
+                  "beta_slow": beta_slow, "original_max_position_embeddings": length},
+                 None),
+        "Llama 3": ({"rope_type": "llama3", "factor": factor,
+                     "low_freq_factor": low_freq_factor,
+                     "high_freq_factor": high_freq_factor,
+                     "original_max_position_embeddings": length}, None),
+    }
+    ratios = {}
+    for name, (scaling, seq_len) in configs.items():
+        scaled, _ = rope_inv_freq(SCALE_HEAD_DIM, SCALE_BASE, scaling, seq_len=seq_len)
+        ratios[name] = (scaled.double() / plain.double()).tolist()
+    return ratios
+
+
+def scaling_curves() -> Explorer:
+    """θ′/θ per pair for PI, NTK-aware, dynamic, YaRN and Llama 3 (PI: Chen et al.
+    2023, Eq. 2; YaRN: Peng et al. 2023, §3.2–3.3; Llama 3.1's ``apply_scaling``)."""
+
+    def state(factor, beta_fast, beta_slow, low_freq_factor, high_freq_factor):
+        ratios = scaled_ratios(
+            factor, beta_fast, beta_slow, low_freq_factor, high_freq_factor
+        )
+        pairs = range(SCALE_HEAD_DIM // 2)
+        kept = {n: sum(r > 0.999 for r in v) for n, v in ratios.items()}
+        slowest = {n: v[-1] for n, v in ratios.items()}
+        return {
+            "data": [
+                _line(pairs, r, name, OKABE_ITO[k])
+                for k, (name, r) in enumerate(ratios.items())
+            ],
+            "annotations": [_readout(
+                f"slowest pair θ′/θ: PI {slowest['PI (linear)']:.4f}, "
+                f"NTK {slowest['NTK-aware']:.4f}<br>pairs kept (θ′/θ > 0.999): "
+                f"YaRN {kept['YaRN']}, Llama 3 {kept['Llama 3']}"
+            )],
+        }
+
+    return Explorer(
+        controls=[
+            Control("factor", SCALE_FACTORS, "factor s", default=2),
+            Control("beta_fast", SCALE_BETA_FAST, "YaRN beta_fast α", default=1),
+            Control("beta_slow", SCALE_BETA_SLOW, "YaRN beta_slow β", default=0),
+            Control("low_freq_factor", SCALE_LOW_FREQ, "Llama 3 low_freq_factor",
+                    default=0),
+            Control("high_freq_factor", SCALE_HIGH_FREQ, "Llama 3 high_freq_factor",
+                    default=0),
+        ],
+        state=state,
+        layout={
+            "xaxis": {"title": {"text": f"pair i (head_dim {SCALE_HEAD_DIM})"}},
+            "yaxis": {"title": {"text": "θ′/θ"}, "type": "log", "dtick": 1,
+                      "exponentformat": "e"},
+            "legend": {"x": 0.01, "xanchor": "left", "y": 0.02, "yanchor": "bottom",
+                       "bgcolor": "rgba(255,255,255,0.8)"},
+        },
+    )
+
+
+def _viridis(fraction: float) -> str:
+    """A colour of the book's sequential map, as plotly.js reads it."""
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    return to_hex(colormaps[SEQUENTIAL_CMAP](0.9 * fraction))
+
+
+#: The choices of :func:`alibi_attention` (16 states).
+ALIBI_HEADS = (2, 4, 8, 16)
+ALIBI_QUERIES = (16, 32, 64, 128)
+
+
+def alibi_weights(num_heads: int, query: int) -> torch.Tensor:
+    """The attention each head gives the keys 0 … ``query`` from its ALiBi bias alone
+    (equal content scores): softmax over n of −m_h·(query − n), (H, query + 1)."""
+    slopes = alibi_slopes(num_heads).double()
+    keys = torch.arange(query + 1)
+    bias = alibi_bias(torch.tensor([query]), keys, slopes)  # (H, 1, query + 1)
+    return torch.softmax(bias.double()[:, 0], dim=-1)
+
+
+def alibi_attention() -> Explorer:
+    """ALiBi's attention at one query from the bias alone, every head, as the number
+    of heads changes (Press et al. 2022, §3: slopes 2^(−8h/H))."""
+
+    def state(num_heads: int, query: int) -> dict:
+        weights = alibi_weights(num_heads, query)
+        slopes = alibi_slopes(num_heads).tolist()
+        near = weights[:, -8:].sum(-1)  # the last 8 keys, the query's own included
+        return {
+            "data": [
+                _line(range(query + 1), w.tolist(), f"head {h + 1}",
+                      _viridis(h / max(num_heads - 1, 1)),
+                      showlegend=h in (0, num_heads - 1))
+                for h, w in enumerate(weights)
+            ],
+            "annotations": [_readout(
+                f"slopes 1/{1 / slopes[0]:g} … 1/{1 / slopes[-1]:g}<br>"
+                "the last 8 keys get "
+                f"{near[0]:.0%} (head 1) … {near[-1]:.0%} (head {num_heads})"
+            )],
+        }
+
+    return Explorer(
+        controls=[
+            Control("num_heads", ALIBI_HEADS, "number of heads H", default=2),
+            Control("query", ALIBI_QUERIES, "query position m", default=1),
+        ],
+        state=state,
+        layout={
+            "xaxis": {"title": {"text": "key position n"}},
+            "yaxis": {"title": {"text": "attention weight"}, "type": "log",
+                      "exponentformat": "e", "dtick": 1, "range": [-6, 0.05]},
+            "legend": {"x": 0.01, "xanchor": "left", "y": 0.98, "yanchor": "top",
+                       "bgcolor": "rgba(255,255,255,0.8)"},
+        },
+    )
+
+
+def _compact(weights: torch.Tensor) -> list[list]:
+    """A (T, T) map as JSON-friendly rows: two decimals (what the colour scale shows),
+    masked entries as the integer 0."""
+    rows = weights.round(decimals=2).tolist()
+    return [[0 if v == 0 else v for v in row] for row in rows]
+
+
+def mean_distance(weights: torch.Tensor) -> float:
+    """How far back one head looks on average: Σ_n w(m, n)·(m − n), averaged over
+    the queries m of a (T, T) attention map."""
+    t = weights.shape[-1]
+    offset = torch.arange(t)[:, None] - torch.arange(t)[None, :]  # (T, T): m − n
+    return float((weights.double() * offset.clamp(min=0)).sum(-1).mean())
+
+
+@torch.no_grad()
+def attention_maps(models: dict, tokens: torch.Tensor) -> Explorer:
+    """Each trained model's attention over ``tokens`` (T,), for every scheme, layer
+    and head the reader picks; the readout is the head's :func:`mean_distance`.
+
+    Args:
+        models: scheme label → a :class:`posenc.layers.model.TinyLM` (its weights as
+            trained; run here in eval mode on its own device).
+        tokens: (T,) integer tokens, T² · heads · layers · schemes ≤ a few 10⁵.
+
+    Raises:
+        ValueError: models that differ in layers or heads; more than
+            :data:`~posenc.book.interactive.MAX_STATES` states.
+    """
+    maps = {}
+    for label, model in models.items():
+        model.eval()
+        device = next(model.parameters()).device
+        _, weights = model(tokens[None].to(device), need_weights=True)
+        maps[label] = [w[0].float().cpu() for w in weights]  # per layer (H, T, T)
+    shapes = {tuple(len(v) for v in (m, m[0])) for m in maps.values()}
+    if len(shapes) != 1:
+        raise ValueError(f"the models differ in (layers, heads): {sorted(shapes)}")
+    layers, heads = shapes.pop()
+
+    def state(scheme: str, layer: int, head: int) -> dict:
+        w = maps[scheme][layer - 1][head - 1]
+        return {
+            "data": [{"type": "heatmap", "z": _compact(w),
+                      "zmin": 0, "zmax": 1, "colorscale": "Viridis",
+                      "colorbar": {"title": {"text": "weight"}, "thickness": 12,
+                                   "len": 0.5, "y": 1, "yanchor": "top"}}],
+            "annotations": [_readout(
+                f"{scheme}, layer {layer}, head {head}:<br>looks "
+                f"{mean_distance(w):.1f} positions back on average"
+            )],
+        }
+
+    return Explorer(
+        controls=[
+            Control("scheme", list(maps), "scheme"),
+            Control("layer", list(range(1, layers + 1)), "layer"),
+            Control("head", list(range(1, heads + 1)), "head"),
+        ],
+        state=state,
+        layout={
+            "xaxis": {"title": {"text": "key position n"}, "constrain": "domain"},
+            "yaxis": {"title": {"text": "query position m"}, "autorange": "reversed",
+                      "scaleanchor": "x", "constrain": "domain"},
             "showlegend": False,
         },
     )

@@ -53,9 +53,12 @@ NOTEBOOK_SCRIPT = (
 MAX_STATES = 400
 #: Font size of every text in the figures, CSS px (the book's floor is 12).
 FONT_PX = 14
-#: Height of the plot area and of each slider below it, CSS px.
-PLOT_PX = 360
+#: Heights in CSS px: the plot, its x-axis labels and title under it, each slider,
+#: and the top margin that holds the readout (two lines).
+PLOT_PX = 340
+AXIS_PX = 64
 SLIDER_PX = 78
+TOP_PX = 52
 
 
 @dataclass(frozen=True)
@@ -132,28 +135,34 @@ class Explorer:
         return ",".join(str(c.default) for c in self.controls)
 
     def figure_layout(self) -> dict:
-        """The plotly.js layout of the first state, sliders included."""
+        """The plotly.js layout of the first state, sliders included: the plot on top
+        (its x-axis labels below it), one slider per control under it, the readout
+        annotations in the top margin. A legend's ``y`` is read within the plot."""
         n = len(self.controls)
-        height = PLOT_PX + SLIDER_PX * n
-        below = SLIDER_PX * n / height
+        top = TOP_PX + (24 if self.title else 0)
+        height = top + PLOT_PX + AXIS_PX + SLIDER_PX * n + 8
+        inner = height - top - 8  # plotly's paper coordinates span this
+        bottom = (SLIDER_PX * n + AXIS_PX) / inner  # where the plot starts
         layout = {
             "height": height,
             "autosize": True,
-            "margin": {"l": 56, "r": 16, "t": 48 if self.title else 16, "b": 8},
+            "margin": {"l": 64, "r": 16, "t": top, "b": 8},
             "font": {"size": FONT_PX},
             "title": {"text": self.title, "font": {"size": FONT_PX + 1}, "x": 0.02},
             "legend": {"font": {"size": FONT_PX - 1}},
             "showlegend": True,
             **self.layout,
         }
-        layout.setdefault("yaxis", {})
-        layout["yaxis"] = {**layout["yaxis"], "domain": [below + 0.06, 1]}
+        layout["yaxis"] = {**layout.get("yaxis", {}), "domain": [bottom, 1]}
+        if "y" in layout["legend"]:
+            y = layout["legend"]["y"]
+            layout["legend"] = {**layout["legend"], "y": bottom + y * (1 - bottom)}
         layout["sliders"] = [
             {
                 "active": c.default,
                 "x": 0.0,
                 "len": 1.0,
-                "y": below - SLIDER_PX * k / height,
+                "y": SLIDER_PX * (n - k) / inner,
                 "yanchor": "top",
                 "pad": {"t": 8, "b": 8, "l": 8, "r": 8},
                 "currentvalue": {
@@ -163,7 +172,8 @@ class Explorer:
                 },
                 "font": {"size": 12},
                 "steps": [
-                    {"label": str(v), "method": "skip", "args": []} for v in c.values
+                    {"label": _label(v), "method": "skip", "args": []}
+                    for v in c.values
                 ],
             }
             for k, c in enumerate(self.controls)
@@ -223,6 +233,14 @@ class Explorer:
         }
 
 
+def _label(value) -> str:
+    """A slider value as the reader reads it: 500000.0 → "500,000"."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    big = isinstance(value, int) and abs(value) >= 10_000
+    return f"{value:,}" if big else str(value)
+
+
 def draw_static(data: list[dict], layout: dict):
     """A matplotlib Figure of plotly.js traces (scatter and heatmap), shapes (lines)
     and annotations: the static fallback of an :class:`Explorer`.
@@ -275,8 +293,15 @@ def draw_static(data: list[dict], layout: dict):
         title = spec.get("title", {})
         getattr(ax, f"set_{name}label")(title.get("text", "") if isinstance(
             title, dict) else title)
-        if "range" in spec:
-            getattr(ax, f"set_{name}lim")(*spec["range"])
+        log = spec.get("type") == "log"
+        if log:
+            getattr(ax, f"set_{name}scale")("log")
+        if "range" in spec:  # plotly gives a log axis's range in powers of ten
+            low, high = spec["range"]
+            limits = (10**low, 10**high) if log else (low, high)
+            getattr(ax, f"set_{name}lim")(*limits)
+    if layout.get("yaxis", {}).get("autorange") == "reversed":
+        ax.invert_yaxis()
     if layout.get("yaxis", {}).get("scaleanchor") == "x":
         ax.set_aspect("equal")
     if layout.get("showlegend", True) and any(t.get("name") for t in data):
