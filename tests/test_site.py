@@ -350,7 +350,9 @@ def test_every_link_to_a_section_resolves(browser, base_url, page):
         assert browser.execute_script("return !!document.getElementById(arguments[0])", anchor), f"{page}: {url} has no #{anchor}"
 
 
-# Pages with figures a reader moves (posenc.book.interactive), and what the test checks on each.
+# Pages with figures a reader moves (posenc.book.interactive), how many each has, and the most
+# bytes they may add to a first visit of the page (issue 26: at most 3 MB).
+PAGE_WEIGHT_BUDGET = 3_000_000
 INTERACTIVE = {"book/rope.html": 1, "book/relative.html": 1, "book/context_extension.html": 2,
                "book/alibi.html": 2}
 FIGURE_STATE = """
@@ -416,3 +418,9 @@ def test_figures_move_and_show_the_package_numbers(browser, base_url, page, widt
         m, n = map(int, rope[0]["values"])
         assert f"score q·k = {rotated_pair(m, n)[2]:.4f}" in rope[0]["shown"][0]
     assert console_errors(browser) == []
+    # what the figures add to a first visit: plotly.js once, and each figure's HTML
+    plotly = HTML / "_static" / "plotly.js-cartesian-dist-min" / "plotly-cartesian.min.js"
+    figures = browser.execute_script(
+        "return Array.from(document.querySelectorAll('.posenc-interactive')).map((e) => e.outerHTML.length)")
+    extra = plotly.stat().st_size + sum(figures)
+    assert extra <= PAGE_WEIGHT_BUDGET, f"{page}: the figures add {extra / 1e6:.2f} MB"
