@@ -423,9 +423,9 @@ class TransformerXLScheme(PositionalScheme):
         """
         half, heads = self.d_model // 2, self.num_heads
         # (B′, 1, T) → (B′, 1, T, d), broadcasting over the heads ((T,) → (T, d))
-        enc_q = sinusoidal_encoding(q_positions, self.d_model, self.base, "concatenated")
-        enc_k = sinusoidal_encoding(k_positions, self.d_model, self.base, "concatenated")
-        enc_q, enc_k = enc_q.to(q.dtype), enc_k.to(k.dtype)
+        table = dict(dim=self.d_model, base=self.base, layout="concatenated")
+        enc_q = sinusoidal_encoding(q_positions, **table).to(q.dtype)
+        enc_k = sinusoidal_encoding(k_positions, **table).to(k.dtype)
         sin_m, cos_m = enc_q[..., :half], enc_q[..., half:]
         # a = W_R,hᵀ (q_m + v_h): W_R's rows h·d_h … (h+1)·d_h − 1 are head h's output
         w_r = self.r_proj.weight.to(q.dtype).view(heads, self.head_dim, self.d_model)
