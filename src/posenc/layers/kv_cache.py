@@ -152,8 +152,8 @@ class StreamingLayerKVCache(LayerKVCache):
         ):
             raise ValueError(
                 "a streaming cache positions tokens by their slot, shared by the "
-                f"batch: expected positions {expected.tolist()}, got "
-                f"{positions.squeeze(1).tolist()}"
+                f"batch: expected positions (1, 1, T) = {expected.tolist()}, got "
+                f"{tuple(positions.shape)} = {positions.flatten().tolist()}"
             )
         self.seen += k.shape[-2]
         if self.k is None:
