@@ -161,3 +161,79 @@ def test_a_cache_that_is_not_a_layer_cache_is_refused():
     layer = make_layer(build_scheme("rope", d_model=D_MODEL, num_heads=HEADS), causal=True)
     with pytest.raises(TypeError, match="cache must be a LayerKVCache, got dict"):
         layer(torch.randn(1, 3, D_MODEL), torch.arange(3), cache={})
+
+
+def test_positions_keep_one_shape_inside():
+    """head_positions: (T,) and (1, T) → (1, 1, T), (B, T) → (B, 1, T), grid (A, T) or
+    (A, B, T) → (B′, 1, T, A); a view of the caller's tensor, never expanded to B."""
+    from posenc.layers.attention import head_positions
+
+    shared = torch.arange(5)
+    for given in (shared, shared[None]):
+        inside = head_positions(given, 3, 5)
+        assert inside.shape == (1, 1, 5) and inside.data_ptr() == shared.data_ptr()
+    rows = torch.arange(15).view(3, 5)
+    assert torch.equal(head_positions(rows, 3, 5)[:, 0], rows)
+    grid = torch.stack((torch.arange(5), torch.arange(5) * 2))  # (2, T): row, column
+    inside = head_positions(grid, 3, 5, axes=2)
+    assert inside.shape == (1, 1, 5, 2) and torch.equal(inside[0, 0], grid.T)
+    per_row = grid[:, None].expand(2, 3, 5) + torch.arange(3)[:, None]
+    assert torch.equal(head_positions(per_row, 3, 5, axes=2)[:, 0], per_row.permute(1, 2, 0))
+    with pytest.raises(TypeError, match="positions must be a tensor"):
+        head_positions([0, 1, 2], 1, 3)
+    with pytest.raises(ValueError, match="need B = 1 or the batch size 3"):
+        head_positions(torch.arange(10).view(2, 5), 3, 5)
+
+
+@pytest.mark.parametrize("name", posenc.available_schemes())
+def test_shared_positions_give_the_same_bits_as_t_or_1_t(name):
+    """(T,) and (1, T) are one shape inside, so every path gives bit-identical output
+    (a bias of positions alone stays batch-free for both: posenc.schemes.sequence_positions)."""
+    scheme = build_scheme(name, d_model=D_MODEL, num_heads=HEADS)
+    layer = make_layer(scheme, causal=True).eval()
+    x = torch.randn(2, 6, D_MODEL, generator=torch.Generator().manual_seed(1))
+    impls = ("reference",) if scheme.needs_attention_weights else ("reference", "sdpa")
+    with torch.no_grad():
+        for impl in impls:
+            out, _ = layer(x, torch.arange(6), impl=impl)
+            assert torch.equal(layer(x, torch.arange(6)[None], impl=impl)[0], out)
+
+
+def test_a_cache_step_keeps_the_batch_of_its_positions():
+    from posenc.layers.kv_cache import LayerKVCache, StreamingLayerKVCache
+
+    layer = make_layer(build_scheme("rope", d_model=D_MODEL, num_heads=HEADS), causal=True)
+    x = torch.randn(2, 4, D_MODEL)
+    cache = LayerKVCache()
+    layer(x[:, :3], torch.arange(3), cache=cache)  # shared positions: (1, 1, 3) cached
+    assert cache.positions.shape == (1, 1, 3)
+    with pytest.raises(ValueError, match=r"keep the batch and axes.*\(1, 1, 3\).*\(2, 1, 1\)"):
+        layer(x[:, 3:], torch.tensor([[3], [7]]), cache=cache)
+    streaming = StreamingLayerKVCache(1, 4)
+    with pytest.raises(ValueError, match="by their slot, shared by the batch"):
+        layer(x[:, :2], torch.tensor([[0, 1], [0, 1]]), cache=streaming)
+    layer(x[:, :2], torch.arange(2)[None], cache=streaming)  # (1, T) is (T,) inside
+    assert streaming.positions.shape == (1, 1, 2)
+
+
+def test_query_temperature_needs_sequence_positions():
+    scheme = build_scheme("rope_2d", d_model=D_MODEL, num_heads=HEADS, namespace="2d")
+    with pytest.raises(ValueError, match="query_temperature.*2-axis positions"):
+        MultiHeadAttention(
+            D_MODEL, HEADS, scheme, causal=False,
+            query_temperature={"floor_scale": 8.0, "attn_scale": 0.1},
+        )
+
+
+def test_inside_shape_errors_of_the_helpers():
+    from posenc.rope_nd import rope_2d_rotate
+    from posenc.schemes import flex_positions
+
+    with pytest.raises(ValueError, match=r"\(B′, 1, T, 2\) with B′ = 1 or 2 and T=5"):
+        rope_2d_rotate(torch.randn(2, 1, 5, 8), torch.zeros(2, 5))
+    with pytest.raises(ValueError, match="share their batch"):
+        flex_positions(torch.zeros(2, 1, 5), torch.zeros(3, 1, 5))
+    qp, kp = flex_positions(torch.arange(5).view(1, 1, 5), torch.arange(5))
+    assert qp.shape == kp.shape == (5,)
+    qp, kp = flex_positions(torch.arange(5).view(1, 1, 5), torch.zeros(3, 1, 5))
+    assert qp.shape == kp.shape == (3, 5)

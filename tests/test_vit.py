@@ -9,7 +9,7 @@ import torch
 
 import posenc
 from posenc.experiments import vit_digits, vit_study
-from posenc.layers.attention import MultiHeadAttention
+from posenc.layers.attention import MultiHeadAttention, head_positions
 from posenc.layers.model import Block
 from posenc.schemes import (
     HOOKS,
@@ -136,11 +136,13 @@ def test_every_scheme_runs_at_the_training_and_a_larger_grid(scheme, size, devic
 
 def _scores(block, x, pos):
     """The attention logits q·kᵀ/√d_h of a block's attention before the softmax, q
-    and k through the scheme's plug-in point: float32 (B, H, T, T)."""
+    and k through the scheme's plug-in point, which gets the positions in the
+    attention's inside shape (B′, 1, T, 2): float32 (B, H, T, T)."""
     attn = block.attn
     batch, seq_len, _ = x.shape
     qkv = attn.qkv(x).view(batch, seq_len, 3, attn.num_heads, attn.head_dim)
     q, k, _ = qkv.permute(2, 0, 3, 1, 4)
+    pos = head_positions(pos, batch, seq_len, axes=2)  # (2, T) → (1, 1, T, 2)
     q, k = attn.scheme.transform_qk(q, k, pos, pos)
     return (q @ k.transpose(-2, -1)).float() / math.sqrt(attn.head_dim)
 

@@ -26,7 +26,6 @@ from .schemes import (
     flex_pair,
     flex_positions,
     register_scheme,
-    sequence_positions,
 )
 from .sinusoidal import sinusoidal_encoding
 
@@ -275,8 +274,8 @@ class ShawScheme(PositionalScheme):
         :func:`~posenc.layers.attention.attention_flex` called directly.
 
         Args:
-            q_positions: integer (T_q,) or (B, 1, T_q). k_positions: integer (T_k,)
-                or (B, 1, T_k).
+            q_positions: integer (B′, 1, T_q), the attention's (or (T_q,) on a
+                direct call). k_positions: integer (B′, 1, T_k) (or (T_k,)).
             q: (B, H, T_q, d_h) queries (required). k: not used.
 
         Returns:
@@ -408,8 +407,9 @@ class TransformerXLScheme(PositionalScheme):
         Args:
             q: (B, H, T_q, d_h) float queries after transform_qk.
             k: (B, H, T_k, d_h) keys, q's dtype.
-            q_positions: (T_q,) or (B, 1, T_q) positions m (also (B, T_q)).
-            k_positions: (T_k,) or (B, 1, T_k) positions n.
+            q_positions: (B′, 1, T_q) positions m, the attention's (or (T_q,) on a
+                direct call).
+            k_positions: (B′, 1, T_k) positions n (or (T_k,)).
 
         Returns:
             ``(q_aug, k_aug)``: (B, H, T_q, d_h + d) and (B, H, T_k, d_h + d), q's
@@ -421,15 +421,11 @@ class TransformerXLScheme(PositionalScheme):
         Source: Dai et al. 2019, "Transformer-XL", §3.3 (terms (a)–(d)) and App. B
         (computing term (b) efficiently); the fold is the angle-difference identity.
         """
-        qp, kp = sequence_positions(q_positions), sequence_positions(k_positions)
         half, heads = self.d_model // 2, self.num_heads
-        enc_q = sinusoidal_encoding(qp, self.d_model, self.base, "concatenated")
-        enc_k = sinusoidal_encoding(kp, self.d_model, self.base, "concatenated")
-        if qp.dim() == 2:  # (B, T, d) → (B, 1, T, d): broadcast over the heads
-            enc_q = enc_q[:, None]
-        if kp.dim() == 2:
-            enc_k = enc_k[:, None]
-        enc_q, enc_k = enc_q.to(q.dtype), enc_k.to(k.dtype)
+        # (B′, 1, T) → (B′, 1, T, d), broadcasting over the heads ((T,) → (T, d))
+        table = dict(dim=self.d_model, base=self.base, layout="concatenated")
+        enc_q = sinusoidal_encoding(q_positions, **table).to(q.dtype)
+        enc_k = sinusoidal_encoding(k_positions, **table).to(k.dtype)
         sin_m, cos_m = enc_q[..., :half], enc_q[..., half:]
         # a = W_R,hᵀ (q_m + v_h): W_R's rows h·d_h … (h+1)·d_h − 1 are head h's output
         w_r = self.r_proj.weight.to(q.dtype).view(heads, self.head_dim, self.d_model)

@@ -155,8 +155,8 @@ class T5Scheme(PositionalScheme):
         nn.init.normal_(self.bias.weight, std=0.02)
 
     def score_bias(self, q, k, q_positions, k_positions):
-        """(H, T_q, T_k) for (T,) positions; (B, H, T_q, T_k) for (B, 1, T) or
-        (B, T)."""
+        """(H, T_q, T_k) for positions the batch shares (the attention's (1, 1, T), or
+        (T,) on a direct call); (B, H, T_q, T_k) for the attention's (B, 1, T)."""
         # (T_q, T_k) or (B, T_q, T_k): no head axis yet (the table adds one)
         q_positions = sequence_positions(q_positions)
         rel = _pairwise(q_positions, sequence_positions(k_positions))
@@ -179,8 +179,9 @@ class T5Scheme(PositionalScheme):
         lookup (int64, ≥ T_q + T_k − 1 entries), the table and the positions.
 
         Args:
-            q_positions: integer (T_q,) or (B, 1, T_q) (also (B, T_q)).
-            k_positions: integer (T_k,) or (B, 1, T_k).
+            q_positions: integer (B′, 1, T_q), the attention's (or (T_q,) on a
+                direct call).
+            k_positions: integer (B′, 1, T_k) (or (T_k,)).
             q: optional queries; only their dtype is used (the table is cast to it,
                 as :meth:`score_bias` does). k: not used.
 
@@ -367,8 +368,9 @@ class DebertaScheme(PositionalScheme):
         memory O(B·H·(T_q + T_k)·bucket_size) for the tables.
 
         Args:
-            q_positions: integer (T_q,) or (B, 1, T_q) (also (B, T_q)).
-            k_positions: integer (T_k,) or (B, 1, T_k).
+            q_positions: integer (B′, 1, T_q), the attention's (or (T_q,) on a
+                direct call).
+            k_positions: integer (B′, 1, T_k) (or (T_k,)).
             q: (B, H, T_q, d_h) queries after transform_qk (required).
             k: (B, H, T_k, d_h) keys after transform_qk (required).
 

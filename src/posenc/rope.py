@@ -233,8 +233,8 @@ def rope_matrix(
 
 
 def _row(positions: torch.Tensor, i: int) -> torch.Tensor:
-    """Row i of batched positions (B, ...), or the positions themselves if they are
-    shared (1-D, or B = 1)."""
+    """Row i of the attention's positions (B′, 1, T), or the positions themselves if
+    they are shared (B′ = 1, or a direct call's (T,))."""
     if positions.dim() == 1 or positions.shape[0] == 1:
         return positions
     return positions[i : i + 1]
@@ -298,8 +298,8 @@ class RotaryScheme(PositionalScheme):
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def transform_qk(self, q, k, q_positions, k_positions):
-        """Rotate q (B, H, T_q, d_h) and k (B, H, T_k, d_h) by their positions, (T,) or
-        (B, 1, T)."""
+        """Rotate q (B, H, T_q, d_h) and k (B, H, T_k, d_h) by their positions, the
+        attention's (B′, 1, T), B′ ∈ {1, B} (or (T,) on a direct call)."""
         if self.dynamic:
             return self._transform_dynamic(q, k, q_positions, k_positions)
         rope = dict(

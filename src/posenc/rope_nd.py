@@ -8,7 +8,8 @@ rotated by that axis's position, so one query/key carries several coordinates. T
 
 Shapes:
     B batch, H heads, T tokens, d_h head width, r rotated width; axis positions are
-    (A, T) or (A, B, T) for A axes.
+    (A, T) or (A, B, T) for A axes at the public functions, and (B′, 1, T, A), B′ ∈
+    {1, B}, inside the attention (:func:`axis_positions_to_heads`).
 """
 
 from __future__ import annotations
@@ -71,16 +72,24 @@ def check_axis_positions(
     return positions
 
 
+def axis_positions_to_heads(positions: torch.Tensor) -> torch.Tensor:
+    """Checked axis positions (A, T) or (A, B, T) (:func:`check_axis_positions`) as
+    (B′, 1, T, A), B′ = 1 or B: indexed by the axis of each pair on the last axis and
+    broadcasting against x (B, H, T, d_h). The shape grid positions have inside
+    :class:`~posenc.layers.attention.MultiHeadAttention`. A view, no copy."""
+    if positions.dim() == 2:  # (A, T) → (A, 1, T): one row shared by the batch
+        positions = positions[:, None]
+    return positions.movedim(0, -1)[:, None]  # (A, B′, T) → (B′, 1, T, A)
+
+
 def _axis_positions(
     positions: object, num_axes: int, x: torch.Tensor, axes: str
 ) -> torch.Tensor:
-    """Checked positions (A, T) or (A, B, T) as (B or 1, 1, T, A): ready to be
-    indexed by the axis of each pair and to broadcast against x (B, H, T, d_h)."""
+    """Positions (A, T) or (A, B, T) checked against x (B, H, T, d_h), as (B′, 1, T,
+    A) (:func:`axis_positions_to_heads`)."""
     batch, _, seq_len, _ = x.shape
     positions = check_axis_positions(positions, num_axes, seq_len, batch, axes)
-    if positions.dim() == 2:
-        positions = positions[:, None]
-    return positions.movedim(0, -1)[:, None]  # (B or 1, 1, T, A)
+    return axis_positions_to_heads(positions)
 
 
 def _rotate_by_pair_angles(
@@ -293,9 +302,50 @@ def apply_rope_2d(
     al. 2021, §3.4.2.
     """
     x = _check_x_4d(x)
+    positions = _axis_positions(positions, 2, x, "row, column")
+    return rope_2d_rotate(
+        x, positions, base=base, layout=layout, frequencies=frequencies
+    )
+
+
+def rope_2d_rotate(
+    x: torch.Tensor,
+    positions: torch.Tensor,
+    *,
+    base: float = DEFAULT_BASE,
+    layout: str = "half",
+    frequencies: str = "shared",
+) -> torch.Tensor:
+    """:func:`apply_rope_2d` on positions in the attention's inside shape: the
+    rotation of :class:`posenc.schemes_2d.Rope2D`'s plug-in point.
+
+    Args:
+        x: (B, H, T, d_h) float, d_h a multiple of 4.
+        positions: (B′, 1, T, 2), B′ ∈ {1, B}, (row, column) on the last axis
+            (:func:`axis_positions_to_heads`), integer or float, finite.
+        base, layout, frequencies: as :func:`apply_rope_2d`.
+
+    Returns:
+        A tensor of x's shape, dtype and device.
+
+    Raises:
+        ValueError: positions not (B′, 1, T, 2) matching x; d_h not a multiple of 4;
+            unknown layout or frequencies; base not finite and > 0.
+
+    Source: as :func:`apply_rope_2d`.
+    """
+    batch, _, seq_len, _ = x.shape
+    if (
+        positions.dim() != 4
+        or positions.shape[0] not in (1, batch)
+        or positions.shape[1:] != (1, seq_len, 2)
+    ):
+        raise ValueError(
+            f"positions must have shape (B′, 1, T, 2) with B′ = 1 or {batch} and "
+            f"T={seq_len}, got {tuple(positions.shape)}"
+        )
     layout = check_choice("layout", layout, ROPE_LAYOUTS)
     row_freq, col_freq = rope_2d_inv_freq(x.shape[-1], base, frequencies=frequencies)
-    positions = _axis_positions(positions, 2, x, "row, column")
     ids = positions.to(device=x.device, dtype=torch.float32)
     quarter = row_freq.numel()
     axis = torch.tensor([0] * quarter + [1] * quarter, device=x.device)

@@ -13,6 +13,22 @@ A positional scheme acts at one or more of four plug-in points of the one attent
 4. :meth:`PositionalScheme.value_term` — add a term built from the attention weights to
    the output (Shaw values).
 
+Positions, one shape per level (B′ ∈ {1, B}: 1 when the batch shares them):
+
+* point 1, :meth:`PositionalScheme.embed`, gets the model's positions, (T,) or (B, T);
+* points 2–4 and the fused forms get the attention's, always (B′, 1, T), checked and
+  shaped once at its boundary (:func:`posenc.layers.attention.head_positions`); the
+  singleton axis broadcasts against the heads of q and k (B, H, T, d_h);
+* a scheme of grid positions (``position_axes`` = A > 1, namespace ``"2d"``) gets
+  (A, T) or (A, B, T) at point 1 and (B′, 1, T, A) at points 2–4.
+
+A 1-D scheme's points 2–4 may also be called directly with (T,) positions, as the
+chapters do to show a bias shared by the batch: written with broadcasting (as every
+registered scheme is), a point then returns the same result as for the attention's
+(1, 1, T). A bias of positions alone (ALiBi, T5) has no batch axis for positions the
+batch shares, (H, T_q, T_k), and (B, H, T_q, T_k) for per-row ones
+(:func:`sequence_positions`).
+
 A scheme **declares** the points it uses in its class attribute
 :attr:`PositionalScheme.hooks` (the names of the methods it overrides); the model and
 the attention read that declaration to decide what to call and which attention paths
@@ -37,11 +53,11 @@ from torch import nn
 from ._checks import check_int
 
 #: The registry's namespaces and the number of coordinates a position has in each:
-#: ``"1d"``, a sequence (positions (T,) or (B, T)), the language model's schemes and
-#: the default; ``"2d"``, an image grid (positions (2, T) or (2, B, T), rows (row,
-#: column)), the tiny ViT's schemes (:mod:`posenc.layers.vit`). The book's runs, the
-#: study
-#: grid and the tests of the positions contract iterate ``"1d"`` only.
+#: ``"1d"``, a sequence (positions (T,) or (B, T); (B′, 1, T) inside the attention),
+#: the language model's schemes and the default; ``"2d"``, an image grid (positions
+#: (2, T) or (2, B, T), rows (row, column); (B′, 1, T, 2) inside the attention), the
+#: tiny ViT's schemes (:mod:`posenc.layers.vit`). The book's runs, the study grid and
+#: the tests of the positions contract iterate ``"1d"`` only.
 NAMESPACES = {"1d": 1, "2d": 2}
 DEFAULT_NAMESPACE = "1d"
 
@@ -65,13 +81,14 @@ class PositionalScheme(nn.Module):
     Subclasses set ``name``, override the plug-in points they use and declare them in
     ``hooks``, e.g. ``hooks = frozenset({"score_bias", "score_mod"})`` for ALiBi; a
     point that is not declared is never called by the model or the attention. Every
-    method
-    receives the positions explicitly, as int or float tensors, so that KV-cache offsets
-    and interpolated positions need no special case: :meth:`embed` gets ``(T,)`` or
-    ``(B, T)``; the attention-level points get ``(T,)`` or ``(B, 1, T)``, which
-    broadcasts against the head dimension. A scheme of grid positions
-    (``position_axes = 2``, namespace ``"2d"``) gets ``(2, T)`` or ``(2, B, T)`` at
-    every point.
+    method receives the positions explicitly, as int or float tensors, so that KV-cache
+    offsets and interpolated positions need no special case: :meth:`embed` gets the
+    model's ``(T,)`` or ``(B, T)``; the attention-level points get the attention's one
+    shape, ``(B′, 1, T)`` with B′ ∈ {1, B}, which broadcasts against the head
+    dimension (and, on a direct call, also ``(T,)``: see the module docstring). A
+    scheme of grid positions (``position_axes = 2``, namespace ``"2d"``) gets ``(2,
+    T)`` or ``(2, B, T)`` at :meth:`embed` and ``(B′, 1, T, 2)`` at the attention's
+    points.
 
     Args:
         d_model: model width d.
@@ -98,8 +115,9 @@ class PositionalScheme(nn.Module):
     score_scale_factor: ClassVar[float] = 1.0
     #: How many coordinates a position has: 1 (a sequence; positions (T,) or (B, T))
     #: or 2 (an image grid; positions (2, T) or (2, B, T), rows (row, column)). It
-    #: fixes the namespace the scheme is registered in (:data:`NAMESPACES`) and the
-    #: shape :class:`~posenc.attention.MultiHeadAttention` accepts.
+    #: fixes the namespace the scheme is registered in (:data:`NAMESPACES`), the
+    #: shape :class:`~posenc.layers.attention.MultiHeadAttention` accepts, and the
+    #: shape of its inside: (B′, 1, T) for 1, (B′, 1, T, A) for A > 1.
     position_axes: ClassVar[int] = 1
 
     def __init_subclass__(cls, **kwargs) -> None:
@@ -130,7 +148,9 @@ class PositionalScheme(nn.Module):
         self.head_dim = self.d_model // self.num_heads
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Plug-in point 1. ``x``: (B, T, d) token embeddings → (B, T, d)."""
+        """Plug-in point 1. ``x``: (B, T, d) token embeddings, ``positions`` the
+        model's (T,) or (B, T) ((2, T) or (2, B, T) for grid positions) → (B, T,
+        d)."""
         return x
 
     def transform_qk(
@@ -141,7 +161,8 @@ class PositionalScheme(nn.Module):
         k_positions: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Plug-in point 2. ``q``: (B, H, T_q, d_h), ``k``: (B, H, T_k, d_h) → the same
-        shapes."""
+        shapes. ``q_positions``: (B′, 1, T_q), ``k_positions``: (B′, 1, T_k), B′ ∈ {1,
+        B} ((B′, 1, T, A) for grid positions; (T,) on a direct call)."""
         return q, k
 
     def score_bias(
@@ -152,7 +173,11 @@ class PositionalScheme(nn.Module):
         k_positions: torch.Tensor,
     ) -> torch.Tensor | None:
         """Plug-in point 3. A bias broadcastable to (B, H, T_q, T_k), added to the
-        scaled scores; ``None`` for no bias."""
+        scaled scores; ``None`` for no bias. ``q``: (B, H, T_q, d_h), ``k``: (B, H,
+        T_k, d_h) after :meth:`transform_qk`; ``q_positions``: (B′, 1, T_q),
+        ``k_positions``: (B′, 1, T_k), B′ ∈ {1, B}, or (T,) on a direct call (a bias
+        of positions alone comes out (H, T_q, T_k) for positions the batch shares,
+        (B, H, T_q, T_k) for per-row ones: :func:`sequence_positions`)."""
         return None
 
     def value_term(
@@ -162,7 +187,9 @@ class PositionalScheme(nn.Module):
         k_positions: torch.Tensor,
     ) -> torch.Tensor | None:
         """Plug-in point 4. ``weights``: (B, H, T_q, T_k) attention probabilities → a
-        term (B, H, T_q, d_h) added to the attention output; ``None`` for no term."""
+        term (B, H, T_q, d_h) added to the attention output; ``None`` for no term.
+        ``q_positions``: (B′, 1, T_q), ``k_positions``: (B′, 1, T_k), as
+        :meth:`score_bias`."""
         return None
 
     def score_mod(
@@ -183,9 +210,9 @@ class PositionalScheme(nn.Module):
         can one with a value term (Shaw's), whose ``score_mod`` covers only the scores.
 
         Args:
-            q_positions: (T_q,) or (B, 1, T_q), as for :meth:`score_bias`; with the
-                latter, ``b`` picks the row.
-            k_positions: (T_k,) or (B, 1, T_k).
+            q_positions: (B′, 1, T_q), as for :meth:`score_bias` (or (T_q,) on a
+                direct call); with B′ = B, ``b`` picks the row.
+            k_positions: (B′, 1, T_k) (or (T_k,)).
             q: the queries after :meth:`transform_qk`, (B, H, T_q, d_h), for a bias
                 that depends on the content (Shaw's keys, DeBERTa); ignored by a bias
                 of positions alone (ALiBi, T5).
@@ -219,7 +246,8 @@ class PositionalScheme(nn.Module):
 
         Args:
             q: (B, H, T_q, d_h) after :meth:`transform_qk`. k: (B, H, T_k, d_h).
-            q_positions, k_positions: (T,) or (B, 1, T), as for :meth:`score_bias`.
+            q_positions, k_positions: (B′, 1, T_q) and (B′, 1, T_k), as for
+                :meth:`score_bias` (or (T,) on a direct call).
 
         Returns:
             ``(q_aug, k_aug)``: (B, H, T_q, d_aug) and (B, H, T_k, d_aug), or None.
@@ -231,15 +259,22 @@ class PositionalScheme(nn.Module):
 
 
 def sequence_positions(positions: torch.Tensor) -> torch.Tensor:
-    """Positions as (T,) or (B, T), whichever level they come from.
+    """Positions as the rows of a scheme that lays out its own head axis: (T,) or
+    (B, T).
 
-    The attention hands the plug-in points (B, 1, T) positions, whose singleton axis
+    The attention hands the plug-in points (B′, 1, T) positions, whose singleton axis
     broadcasts against the heads; a scheme that lays out its own head axis (ALiBi's
-    slopes, T5's per-head table) first drops it with this function, so that (T,) gives a
-    bias (H, T_q, T_k) and (B, T) a bias (B, H, T_q, T_k).
+    slopes, T5's per-head table) first drops it with this function: B′ = B gives (B, T)
+    and a bias (B, H, T_q, T_k); B′ = 1, a row the batch shares, gives (T,) and a bias
+    (H, T_q, T_k) with no batch axis. That keeps a shared bias batch-free, the form the
+    attention has always handed SDPA: a (1, H, T_q, T_k) float mask takes another
+    kernel in torch 2.13's CPU SDPA, which rounds differently, so the book's numbers
+    would move in their last bits. A direct call's (T,) and the model's (B, T) pass
+    unchanged, for the public functions that take them
+    (:func:`posenc.alibi.alibi_bias`).
 
     Args:
-        positions: (T,), (B, T) or (B, 1, T), integer or float.
+        positions: (B′, 1, T), (T,) or (B, T), integer or float.
 
     Returns:
         The same values, (T,) or (B, T) (a view, no copy).
@@ -247,12 +282,12 @@ def sequence_positions(positions: torch.Tensor) -> torch.Tensor:
     Raises:
         ValueError: any other shape (the message gives it).
     """
-    if positions.dim() == 3 and positions.shape[1] == 1:
-        return positions[:, 0]
+    if positions.dim() == 3 and positions.shape[1] == 1:  # the attention's (B′, 1, T)
+        return positions[0, 0] if positions.shape[0] == 1 else positions[:, 0]
     if positions.dim() in (1, 2):
         return positions
     raise ValueError(
-        f"positions must have shape (T,), (B, T) or (B, 1, T), "
+        f"positions must have shape (T,), (B, T) or (B′, 1, T), "
         f"got {tuple(positions.shape)}"
     )
 
@@ -263,26 +298,32 @@ def flex_positions(
     """Positions as a ``score_mod`` reads them, dtype kept.
 
     Args:
-        q_positions: (T_q,), (B, T_q) or (B, 1, T_q). k_positions: likewise with T_k.
+        q_positions: (B′, 1, T_q) (the attention's), (T_q,) or (B′, T_q).
+        k_positions: likewise with T_k.
 
     Returns:
-        ``(T_q,), (T_k,)`` when every row is alike (1-D positions, or a batch of one),
+        ``(T_q,), (T_k,)`` when every row is alike (B′ = 1, or 1-D positions),
         indexed ``[q_idx]``, ``[kv_idx]``; else ``(B, T_q), (B, T_k)`` (a shared side
         expanded to the other's batch), indexed ``[b, q_idx]``, ``[b, kv_idx]``;
         contiguous (O(B·T) copies at most).
 
     Raises:
-        ValueError: positions of any other shape.
+        ValueError: positions of any other shape, or batches B′ that differ and are
+        not 1.
     """
-    qp, kp = sequence_positions(q_positions), sequence_positions(k_positions)
-    if qp.dim() == kp.dim() == 2 and qp.shape[0] == kp.shape[0] == 1:
-        return qp[0], kp[0]
-    if qp.dim() != kp.dim():  # one of them shared: give it the other's batch
-        batch = max(p.shape[0] for p in (qp, kp) if p.dim() == 2)
-        qp, kp = qp.expand(batch, qp.shape[-1]), kp.expand(batch, kp.shape[-1])
+    qp = sequence_positions(q_positions).reshape(-1, q_positions.shape[-1])  # (B′, T_q)
+    kp = sequence_positions(k_positions).reshape(-1, k_positions.shape[-1])  # (B′, T_k)
+    if qp.shape[0] == kp.shape[0] == 1:
+        return qp[0].contiguous(), kp[0].contiguous()
+    if qp.shape[0] not in (1, kp.shape[0]) and kp.shape[0] != 1:
+        raise ValueError(
+            "query and key positions must share their batch B′ (or have B′ = 1), got "
+            f"{tuple(q_positions.shape)} and {tuple(k_positions.shape)}"
+        )
+    batch = max(qp.shape[0], kp.shape[0])  # a shared side gets the other's batch
     # contiguous: a compiled kernel is specialised to the strides of what the
     # score_mod captures, and expanded rows (stride 0) would compile one more
-    return qp.contiguous(), kp.contiguous()
+    return qp.expand(batch, -1).contiguous(), kp.expand(batch, -1).contiguous()
 
 
 def flex_pair(qp: torch.Tensor, kp: torch.Tensor):

@@ -25,7 +25,8 @@ book's models, the study grid, the positions-contract tests), which iterate
 
 Shapes:
     B batch, H heads, T patches, d model width, d_h = d / H head width; positions
-    (2, T) or (2, B, T), rows (row, column).
+    (2, T) or (2, B, T), rows (row, column), at the model and ``embed``; (B′, 1, T,
+    2), B′ ∈ {1, B}, at the attention's plug-in points.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from torch import nn
 from ._checks import check_base, check_choice, check_int
 from .frequencies import DEFAULT_BASE
 from .rope import ROPE_LAYOUTS
-from .rope_nd import ROPE_2D_FREQUENCIES, apply_rope_2d
+from .rope_nd import ROPE_2D_FREQUENCIES, rope_2d_rotate
 from .schemes import PositionalScheme, register_scheme
 from .sinusoidal import SINUSOIDAL_LAYOUTS, sinusoidal_encoding
 
@@ -216,8 +217,10 @@ def learned_2d_embedding(
 
 class GridScheme(PositionalScheme):
     """Base of the ViT's schemes: a position is a (row, column) pair on the grid of
-    patches, so every plug-in point receives positions (2, T) or (2, B, T)
-    (:func:`grid_positions`). A scheme with ``"embed"`` also receives, as the keyword
+    patches: :meth:`embed` receives the model's positions, (2, T) or (2, B, T)
+    (:func:`grid_positions`), and the attention's plug-in points receive them as
+    (B′, 1, T, 2), B′ ∈ {1, B} (:func:`posenc.layers.attention.head_positions`). A
+    scheme with ``"embed"`` also receives, as the keyword
     ``grid``, the (rows, cols) of the image the positions index (a learned table is
     resized to it). Register a subclass with
     ``@register_scheme(namespace="2d")``.
@@ -389,10 +392,11 @@ class Rope2D(GridScheme):
         )
 
     def transform_qk(self, q, k, q_positions, k_positions):
-        """q (B, H, T_q, d_h), k (B, H, T_k, d_h) rotated at their (2, T) or (2, B, T)
-        positions → the same shapes."""
+        """q (B, H, T_q, d_h), k (B, H, T_k, d_h) rotated at their positions, the
+        attention's (B′, 1, T, 2) (:func:`~posenc.rope_nd.rope_2d_rotate`) → the same
+        shapes."""
         options = dict(base=self.base, layout=self.layout, frequencies=self.frequencies)
         return (
-            apply_rope_2d(q, q_positions, **options),
-            apply_rope_2d(k, k_positions, **options),
+            rope_2d_rotate(q, q_positions, **options),
+            rope_2d_rotate(k, k_positions, **options),
         )

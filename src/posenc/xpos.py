@@ -407,8 +407,8 @@ class XPosScheme(PositionalScheme):
         )
 
     def transform_qk(self, q, k, q_positions, k_positions):
-        """xPos on q (B, H, T_q, d_h) and k (B, H, T_k, d_h) at their positions, (T,)
-        or (B, 1, T)."""
+        """xPos on q (B, H, T_q, d_h) and k (B, H, T_k, d_h) at their positions, the
+        attention's (B′, 1, T) (or (T,) on a direct call)."""
         return apply_xpos(
             q,
             k,

@@ -20,8 +20,10 @@ shape inside; which plug-in points a scheme uses is read from its declared
 
 Shapes:
     B batch, H heads, T (= T_q) new tokens, T_k keys (cached + new), d model width,
-    d_h = d / H head width, r rotated width (RoPE); positions inside the attention
-    are (T,) shared by the batch or (B, 1, T), broadcasting against the heads.
+    d_h = d / H head width, r rotated width (RoPE); B′ ∈ {1, B}, 1 when the batch
+    shares the positions. Positions enter as (T,) or (B, T) ((A, T) or (A, B, T) for A
+    grid axes) and are, inside the attention, always (B′, 1, T) ((B′, 1, T, A)),
+    broadcasting against the heads (:func:`head_positions`).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from .masks import (
     check_spans,
     query_temperature_scale,
 )
-from ..rope_nd import check_axis_positions
+from ..rope_nd import axis_positions_to_heads, check_axis_positions
 from ..schemes import PositionalScheme
 
 ATTENTION_IMPLS = ("auto", "reference", "sdpa", "flex")
@@ -322,38 +324,44 @@ def check_impl(
 
 
 def head_positions(
-    positions: torch.Tensor, batch: int, seq_len: int, axes: int = 1
+    positions: object, batch: int, seq_len: int, axes: int = 1
 ) -> torch.Tensor:
-    """Positions checked and put in the one shape the attention uses inside: (T,)
-    stays (T,), shared by the batch; (B, T) becomes (B, 1, T), which broadcasts
-    against the heads. Values and dtype are kept (float positions are allowed).
+    """Positions checked and put in the one shape the attention uses inside.
 
-    Positions of ``axes`` > 1 coordinates (a scheme's
-    :attr:`~posenc.schemes.PositionalScheme.position_axes`: the ViT's (row, column))
-    are (A, T) or (A, B, T) and stay so: the schemes that read them lay out the heads
-    themselves (:func:`posenc.rope.apply_rope_2d`).
+    A sequence's positions, (T,) or (B, T), become (B′, 1, T), B′ = 1 when the batch
+    shares them ((T,) or (1, T)) and B′ = B otherwise: the singleton axis broadcasts
+    against the heads of q and k (B, H, T, d_h), and a shared row is never expanded to
+    the batch. Grid positions of ``axes`` = A > 1 coordinates (a scheme's
+    :attr:`~posenc.schemes.PositionalScheme.position_axes`: the ViT's (row, column)),
+    (A, T) or (A, B, T), become (B′, 1, T, A) likewise, one coordinate per entry of
+    the last axis. In both, T is axis 2 (where a KV cache appends). Values and dtype
+    are kept (float positions are allowed); the result is a view, no copy.
 
     Raises:
+        TypeError: positions not a tensor (for ``axes`` > 1: not an integer or
+        float tensor).
         ValueError: positions not (T,) or (B, T) with this T, or a batch that is
         neither 1 nor ``batch``; for ``axes`` > 1, as
-        :func:`posenc.rope.check_axis_positions`.
-        TypeError: for ``axes`` > 1, positions not an integer or float tensor.
+        :func:`posenc.rope_nd.check_axis_positions`.
     """
     if axes > 1:
-        return check_axis_positions(positions, axes, seq_len, batch, "coordinates")
+        positions = check_axis_positions(positions, axes, seq_len, batch, "coordinates")
+        return axis_positions_to_heads(positions)  # (B′, 1, T, A)
+    if not isinstance(positions, torch.Tensor):
+        raise TypeError(
+            f"positions must be a tensor (T,) or (B, T), got {type(positions).__name__}"
+        )
     if positions.dim() not in (1, 2) or positions.shape[-1] != seq_len:
         raise ValueError(
             f"positions must have shape (T,) or (B, T) with T={seq_len}, "
             f"got {tuple(positions.shape)}"
         )
-    if positions.dim() == 1:
-        return positions
-    if positions.shape[0] not in (1, batch):
+    if positions.dim() == 2 and positions.shape[0] not in (1, batch):
         raise ValueError(
             f"positions of shape (B, T) need B = 1 or the batch size {batch}, "
             f"got {tuple(positions.shape)}"
         )
-    return positions[:, None, :]  # (B, T) → (B, 1, T)
+    return positions.view(-1, 1, seq_len)  # (T,) → (1, 1, T); (B, T) → (B, 1, T)
 
 
 class MultiHeadAttention(nn.Module):
@@ -378,7 +386,8 @@ class MultiHeadAttention(nn.Module):
 
     Raises:
         TypeError / ValueError: sizes not positive integers, d not divisible by H; as
-        :func:`check_spans`, :func:`check_query_temperature`, :func:`check_sink`.
+        :func:`check_spans`, :func:`check_query_temperature`, :func:`check_sink`; a
+        query temperature with a scheme of grid positions (``position_axes`` > 1).
 
     Shape:
         ``forward(x, positions)``: x (B, T, d); positions (T,) or (B, T) → (B, T, d),
@@ -408,6 +417,11 @@ class MultiHeadAttention(nn.Module):
                 f"d_model must be divisible by num_heads, got {d_model} and {num_heads}"
             )
         self.head_dim = d_model // num_heads
+        if self.query_temperature is not None and scheme.position_axes > 1:
+            raise ValueError(
+                "query_temperature scales queries by their sequence position; scheme "
+                f"{scheme.name!r} has {scheme.position_axes}-axis positions"
+            )
         self.scheme = scheme
         self.causal = causal
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
@@ -450,7 +464,7 @@ class MultiHeadAttention(nn.Module):
         if cache is not None and not isinstance(cache, LayerKVCache):
             raise TypeError(f"cache must be a LayerKVCache, got {type(cache).__name__}")
         axes = self.scheme.position_axes
-        pos = head_positions(positions, *x.shape[:2], axes)  # (T,) or (B, 1, T)
+        pos = head_positions(positions, *x.shape[:2], axes)  # (B′, 1, T[, A])
         q, k, v = self._project(x)  # (B, H, T, d_h) each
         q, k, v, k_pos = self._position(q, k, v, pos, cache)  # k, v: (B, H, T_k, d_h)
         if impl == "reference":
@@ -474,9 +488,12 @@ class MultiHeadAttention(nn.Module):
         are transformed; a cache that ``reassigns_positions`` (StreamingLLM) stores
         them before it and all of them are transformed again at their slots.
 
+        Args:
+            pos: the queries' positions, (B′, 1, T) or (B′, 1, T, A).
+
         Returns:
             ``(q, k, v, k_pos)``: q (B, H, T, d_h); k, v (B, H, T_k, d_h); k_pos the
-            keys' positions, (T_k,) or (B, 1, T_k).
+            keys' positions, (B′, 1, T_k) or (B′, 1, T_k, A).
         """
         if cache is not None and cache.reassigns_positions:  # StreamingLLM
             k, v, k_pos = cache.append(k, v, pos)  # every kept key, untransformed
@@ -487,7 +504,7 @@ class MultiHeadAttention(nn.Module):
             if cache is not None:
                 k, v, k_pos = cache.append(k, v, pos)  # earlier keys + these
         if self.query_temperature is not None:
-            tau = query_temperature_scale(pos, **self.query_temperature)  # like pos
+            tau = query_temperature_scale(pos, **self.query_temperature)  # (B′, 1, T)
             q = (q * tau[..., None].to(q.device)).to(q.dtype)
         return q, k, v, k_pos
 

@@ -7,7 +7,8 @@ MultiHeadAttention`.
 
 Shapes:
     B batch, H heads, T_new new tokens, T_k kept keys, d_h head width; positions are
-    (T,) or (B, 1, T).
+    the attention's (B′, 1, T) (or (B′, 1, T, A) for A grid axes), B′ ∈ {1, B}: T is
+    axis 2 in both, where the cache appends.
 """
 
 from __future__ import annotations
@@ -42,21 +43,28 @@ class LayerKVCache:
         return 0 if self.k is None else self.k.shape[-2]
 
     def append(self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor):
-        """Add new keys/values (B, H, T_new, d_h) at ``positions`` ((T_new,) or (B, 1,
-        T_new)) and return all of them: ``(k, v, positions)`` with T_k = cached +
-        new."""
+        """Add new keys/values (B, H, T_new, d_h) at ``positions`` (B′, 1, T_new) (or
+        (B′, 1, T_new, A)) and return all of them: ``(k, v, positions)`` with T_k =
+        cached + new.
+
+        Raises:
+            ValueError: positions whose B′ or grid axes differ from the cached ones'
+            (a step must pass positions shared by the batch, or per row, as the first
+            did).
+        """
         if self.k is None:
             self.k, self.v, self.positions = k, v, positions
         else:
-            if self.positions.dim() != positions.dim():
+            cached = self.positions.shape
+            if positions.shape[:2] != cached[:2] or positions.shape[3:] != cached[3:]:
                 raise ValueError(
-                    "positions of a cached step must keep their shape kind: cached "
-                    f"{tuple(self.positions.shape)}, "
-                    f"new {tuple(positions.shape)}"
+                    "positions of a cached step must keep the batch and axes of the "
+                    f"cached ones (B′, 1, T[, A]): cached {tuple(cached)}, new "
+                    f"{tuple(positions.shape)}"
                 )
             self.k = torch.cat((self.k, k), dim=-2)
             self.v = torch.cat((self.v, v), dim=-2)
-            self.positions = torch.cat((self.positions, positions), dim=-1)
+            self.positions = torch.cat((self.positions, positions), dim=2)
         return self.k, self.v, self.positions
 
 
@@ -125,18 +133,27 @@ class StreamingLayerKVCache(LayerKVCache):
         """Add untransformed keys and values (B, H, T_new, d_h); evict past the
         capacity; return ``(k, v, slots)`` with slots ``0 … T_k − 1``.
 
+        Args:
+            k, v: (B, H, T_new, d_h), untransformed.
+            positions: (1, 1, T_new), the slots of :meth:`next_slots`, shared by the
+                batch.
+
+        Returns:
+            ``(k, v, slots)``: k, v (B, H, T_k, d_h); slots (1, 1, T_k).
+
         Raises:
-            ValueError: ``positions`` not (T_new,) or not the slots of
+            ValueError: ``positions`` not shared by the batch or not the slots of
             :meth:`next_slots` (absolute positions would be silently wrong here).
         """
         slots = self.next_slots(k.shape[-2])
         expected = torch.arange(slots.start, slots.stop, device=positions.device)
-        if positions.dim() != 1 or not torch.equal(
-            positions.to(expected.dtype), expected
+        if positions.shape[:2] != (1, 1) or not torch.equal(
+            positions[0, 0].to(expected.dtype), expected
         ):
             raise ValueError(
-                "a streaming cache positions tokens by their slot: expected positions "
-                f"{expected.tolist()}, got {positions.tolist()}"
+                "a streaming cache positions tokens by their slot, shared by the "
+                f"batch: expected positions (1, 1, T) = {expected.tolist()}, got "
+                f"{tuple(positions.shape)} = {positions.flatten().tolist()}"
             )
         self.seen += k.shape[-2]
         if self.k is None:
@@ -153,7 +170,7 @@ class StreamingLayerKVCache(LayerKVCache):
             ).to(self.k.device)
             self.k = self.k.index_select(-2, keep)
             self.v = self.v.index_select(-2, keep)
-        self.positions = torch.arange(len(self), device=k.device)
+        self.positions = torch.arange(len(self), device=k.device).view(1, 1, -1)
         return self.k, self.v, self.positions
 
 

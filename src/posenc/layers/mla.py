@@ -193,8 +193,10 @@ class MLAttention(nn.Module):
     # -- the pieces -------------------------------------------------------------------
 
     def _check_inputs(self, x: object, positions: object) -> torch.Tensor:
-        """Validate x (B, T, d) and positions (T,) or (B, T); return positions shaped
-        to broadcast against (B, T) tensors: (T,) or (B, T)."""
+        """Validate x (B, T, d) and positions (T,) or (B, T); return them in the one
+        shape they keep inside: (B′, 1, T), B′ ∈ {1, B}, broadcasting against the
+        heads of (B, H, T, ·) tensors (row ``[:, 0]``, (B′, T), against (B, T, ·)),
+        as :func:`posenc.layers.attention.head_positions`."""
         if not isinstance(x, torch.Tensor) or not x.is_floating_point():
             raise TypeError(
                 f"x must be a floating tensor, got {getattr(x, 'dtype', type(x))}"
@@ -214,7 +216,7 @@ class MLAttention(nn.Module):
                 f"positions must have shape (T,) = ({seq_len},) or (B, T) = ({batch}, "
                 f"{seq_len}), got {tuple(positions.shape)}"
             )
-        return positions
+        return positions.view(-1, 1, seq_len)  # (T,) → (1, 1, T); (B, T) → (B, 1, T)
 
     def _rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Rotate x (..., T, qk_rope_head_dim) by positions that broadcast to (...,
@@ -240,8 +242,7 @@ class MLAttention(nn.Module):
             q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
         q = q.view(batch, seq_len, self.num_heads, self.qk_head_dim).transpose(1, 2)
         q_nope, q_pe = q.split([self.qk_nope_head_dim, self.qk_rope_head_dim], dim=-1)
-        head_positions = positions[:, None, :] if positions.dim() == 2 else positions
-        return q_nope, self._rope(q_pe, head_positions)
+        return q_nope, self._rope(q_pe, positions)  # positions (B′, 1, T)
 
     def latents(self, x: torch.Tensor, positions: torch.Tensor) -> MLACache:
         """The per-token cache entries of x: ``MLACache(c_kv (B, T, kv_lora_rank),
@@ -250,7 +251,8 @@ class MLAttention(nn.Module):
         c_kv, k_pe = self.kv_a_proj_with_mqa(x).split(
             [self.kv_lora_rank, self.qk_rope_head_dim], dim=-1
         )
-        return MLACache(self.kv_a_layernorm(c_kv), self._rope(k_pe, positions))
+        # k_pe (B, T, r) has no head axis: it reads the positions' row, (B′, T)
+        return MLACache(self.kv_a_layernorm(c_kv), self._rope(k_pe, positions[:, 0]))
 
     def _up_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """W_uk (H, qk_nope_head_dim, kv_lora_rank) and W_uv (H, v_head_dim,

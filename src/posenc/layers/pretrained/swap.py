@@ -134,7 +134,8 @@ def _streaming_attention(attn, q, k, v, position_ids, rope, rotation):
     layer's :class:`~posenc.layers.kv_cache.StreamingLayerKVCache`, then q and every
     kept key are rotated at their cache slots (Xiao et al. 2024, §3.2)."""
     layer = rope["streaming"].layers[attn.layer_idx]
-    k, v, k_slots = layer.append(k, v, position_ids[0])
+    # the cache takes the attention's shape, (1, 1, T) slots shared by the batch
+    k, v, k_slots = layer.append(k, v, position_ids[:1, None])
     if rope["inv_freq"] is not None:
         q = apply_rope(q, position_ids[0], **rotation)
         k = apply_rope(k, k_slots, **rotation)
