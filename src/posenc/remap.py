@@ -23,7 +23,7 @@ training-free methods that keep RoPE's frequencies and change the positions inst
 Each method has three functions here: ``check_*`` (the parameters, a ValueError naming
 the value and the rule), ``*_positions`` (the O(T) position vectors that an efficient
 attention rotates queries and keys by; no T×T tensor) and ``*_distances`` (the
-(T_q, T_k) matrix of remapped distances for a naive reference and for the chapter's plots).
+(T_q, T_k) matrix of remapped distances, for a naive reference and for plots).
 Attention with these positions: :mod:`posenc.layers.remapped_attention`; proofs of
 the bounds: :mod:`posenc.symbolic.remap`.
 
