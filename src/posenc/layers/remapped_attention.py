@@ -186,7 +186,8 @@ def self_extend_attention_reference(
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """:func:`self_extend_attention` with the full neighbour and grouped score matrices
     merged by ``torch.where`` before the softmax, as the authors'
-    ``self_extend_forward`` does. Returns ``(out, weights)``, weights (B, H, T_q, T_k)."""
+    ``self_extend_forward`` does. Returns ``(out, weights)``, weights (B, H, T_q,
+    T_k)."""
     rope = dict(inv_freq=inv_freq, base=base, layout=layout)
     cases = _self_extend_cases(q, k, v, positions, group_size, window_size, rope)
     return _cases_reference(q, k, v, cases, scale)
@@ -284,8 +285,8 @@ def dual_chunk_attention(
     them so); a cache filled with ordinary RoPE keys (rotated by j) cannot be reused.
 
     Args: as :func:`self_extend_attention`, with ``chunk_size`` s,
-    ``pretraining_length`` c and ``local_window`` w (default c − s). Returns (B, H, T_q, d_h). Raises: as
-    there, and :func:`posenc.remap.check_dual_chunk`.
+    ``pretraining_length`` c and ``local_window`` w (default c − s). Returns (B, H,
+    T_q, d_h). Raises: as there, and :func:`posenc.remap.check_dual_chunk`.
     """
     rope = dict(inv_freq=inv_freq, base=base, layout=layout)
     settings = dict(
