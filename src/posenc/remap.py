@@ -122,7 +122,7 @@ def self_extend_positions(
     window_size: int,
     query_positions: object = None,
 ) -> RemappedPositions:
-    """SelfExtend's positions (Jin et al. 2024, §3.2, Alg. 1): near = the positions
+    """SelfExtend's positions (Jin et al. 2024, §3, Alg. 1): near = the positions
     themselves; far (grouped) query ⌊i/G⌋ + W − ⌊W/G⌋, far key ⌊j/G⌋.
 
     The grouped distance ⌊i/G⌋ − ⌊j/G⌋ + W − ⌊W/G⌋ is ≥ W whenever i − j ≥ W, so the
@@ -153,7 +153,7 @@ def self_extend_distances(
     window_size: int,
     query_positions: object = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The relative distance SelfExtend lets each pair see (Jin et al. 2024, §3.2):
+    """The relative distance SelfExtend lets each pair see (Jin et al. 2024, §3):
     i − j when i − j < W, else ⌊i/G⌋ + W − ⌊W/G⌋ − ⌊j/G⌋.
 
     Args: as :func:`self_extend_positions`.

@@ -145,7 +145,7 @@ def self_extend_attention(
     layout: str = "half",
     scale: float | None = None,
 ) -> torch.Tensor:
-    """SelfExtend attention (Jin et al., ICML 2024, §3.2, Alg. 1; github
+    """SelfExtend attention (Jin et al., ICML 2024, §3, Alg. 1; github
     datamllab/LongLM ``self_extend_patch/Llama.py``, ``self_extend_forward``), causal.
 
     Neighbour attention (i − j < W) with the ordinary RoPE positions; grouped attention

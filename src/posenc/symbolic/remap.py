@@ -61,7 +61,7 @@ def floor_monotone() -> dict[str, sp.Basic]:
 
 def self_extend_bound() -> RemapProof:
     """SelfExtend's largest remapped distance and the input length it allows (Jin et
-    al. 2024, §3.2; the README of datamllab/LongLM: "(L − W)·G + W").
+    al. 2024, §3; the README of datamllab/LongLM: "(L − W)·G + W").
 
     Proved, for integers G ≥ 1, W ≥ 1, L > W and T ≥ 1:
 
