@@ -39,6 +39,7 @@ from typing import NamedTuple
 import torch
 
 from ._checks import check_int
+from .utils import cpu_float64
 
 #: DCA's three cases, as the integers :func:`dual_chunk_distances` returns.
 DCA_CASES = {"intra": 0, "successive": 1, "inter": 2}
@@ -47,8 +48,8 @@ DCA_CASES = {"intra": 0, "successive": 1, "inter": 2}
 class RemappedPositions(NamedTuple):
     """The positions a two-band method rotates by: ``near_*`` inside the window (i − j
     < W, the ordinary RoPE positions), ``far_*`` beyond it. Each is 1-D, queries (T_q,)
-    and keys (T_k,); float64 where a position is fractional (leaky ReRoPE), else
-    int64."""
+    and keys (T_k,); float64 on the CPU where a position is fractional (leaky
+    ReRoPE), else int64."""
 
     near_query: torch.Tensor
     near_key: torch.Tensor
@@ -89,13 +90,14 @@ def as_index_positions(positions: object, name: str = "positions") -> torch.Tens
 
 
 def _pairs(positions, query_positions):
+    """The checked (query, key) positions, 1-D each; no (T_q, T_k) tensor."""
     key = as_index_positions(positions)
     query = (
         key
         if query_positions is None
         else as_index_positions(query_positions, "query_positions").to(key.device)
     )
-    return query, key, query[:, None] - key[None, :]
+    return query, key
 
 
 # --------------------------------------------------------------------------------------
@@ -141,7 +143,7 @@ def self_extend_positions(
             :func:`as_index_positions`.
     """
     group, window = check_self_extend(group_size, window_size)
-    query, key, _ = _pairs(positions, query_positions)
+    query, key = _pairs(positions, query_positions)
     shift = window - window // group
     return RemappedPositions(query, key, query // group + shift, key // group)
 
@@ -249,16 +251,17 @@ def rerope_positions(
         query_positions: (T_q,) int; default the keys' positions.
 
     Returns:
-        :class:`RemappedPositions`: int64 for ReRoPE, far ones float64 for leaky.
+        :class:`RemappedPositions`: int64 for ReRoPE; for leaky the far ones are
+        float64 on the CPU (float64 does not exist on every device).
     """
     window, k = check_rerope(window, scaling_factor)
-    query, key, _ = _pairs(positions, query_positions)
+    query, key = _pairs(positions, query_positions)
     if scaling_factor is None:
         return RemappedPositions(
             query, key, torch.full_like(query, window), torch.zeros_like(key)
         )
-    far_query = (query.double() + window * (k - 1.0)) / k
-    return RemappedPositions(query, key, far_query, key.double() / k)
+    far_query = (cpu_float64(query) + window * (k - 1.0)) / k
+    return RemappedPositions(query, key, far_query, cpu_float64(key) / k)
 
 
 def rerope_distances(
@@ -273,8 +276,8 @@ def rerope_distances(
     j).abs() < window`` of bojone's patches picks the near scores).
 
     Returns:
-        ``(distance, far)``: float64 (T_q, T_k) and bool (T_q, T_k), True where i − j ≥
-        W.
+        ``(distance, far)``: float64 (T_q, T_k) on the CPU and bool (T_q, T_k), True
+        where i − j ≥ W.
     """
     near_q, near_k, far_q, far_k = rerope_positions(
         positions,
@@ -282,10 +285,10 @@ def rerope_distances(
         scaling_factor=scaling_factor,
         query_positions=query_positions,
     )
-    offset = near_q[:, None] - near_k[None, :]
+    offset = cpu_float64(near_q[:, None] - near_k[None, :])
     far = offset >= window
-    far_distance = far_q.double()[:, None] - far_k.double()[None, :]
-    return torch.where(far, far_distance, offset.double()), far
+    far_distance = cpu_float64(far_q)[:, None] - cpu_float64(far_k)[None, :]
+    return torch.where(far, far_distance, offset), far
 
 
 # --------------------------------------------------------------------------------------
@@ -340,7 +343,7 @@ def dual_chunk_positions(
         :class:`DualChunkPositions`, int64.
     """
     s, w, c = check_dual_chunk(chunk_size, local_window, pretraining_length)
-    query, key, _ = _pairs(positions, query_positions)
+    query, key = _pairs(positions, query_positions)
     inner = query % s
     successive = torch.where(inner < w, s + inner, torch.full_like(inner, c - 1))
     return DualChunkPositions(key % s, inner, successive, torch.full_like(inner, c - 1))
@@ -372,7 +375,8 @@ def dual_chunk_distances(
         local_window=local_window,
         query_positions=query_positions,
     )
-    query, key, offset = _pairs(positions, query_positions)
+    query, key = _pairs(positions, query_positions)
+    offset = query[:, None] - key[None, :]
     apart = query[:, None] // s - key[None, :] // s
     case = apart.clamp(max=2)
     case = torch.where(offset < 0, torch.full_like(case, -1), case)

@@ -73,6 +73,8 @@ def _check_qkv(q, k, v, positions):
 
 
 def _rotate(x, positions, rope):
+    if positions.is_floating_point():  # apply_rope forms float32 angles anyway
+        positions = positions.float()
     return apply_rope(x, positions.to(x.device), **rope)
 
 
@@ -348,6 +350,8 @@ def relative_rope_scores(
         )
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     pairs = q.unsqueeze(-2).expand(*q.shape[:-1], shape[1], q.shape[-1])
+    if distances.is_floating_point():  # apply_rope forms float32 angles anyway
+        distances = distances.float()
     rotated = apply_rope(
         pairs, distances.to(q.device), inv_freq=inv_freq, base=base, layout=layout
     )  # (..., T_q, T_k, d_h): q_i rotated by d_ij
