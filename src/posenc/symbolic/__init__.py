@@ -4,8 +4,9 @@ The notebooks display these results and ``assert`` the claims; the tests lambdif
 same objects and compare them with the torch code (the derivation-to-code bridge).
 Nothing here is numerical. One module per subject: :mod:`.attention` (why order
 matters, absolute scores, masked softmax), :mod:`.sinusoidal`, :mod:`.relative`
-(Transformer-XL, T5, Shaw et al.) and :mod:`.rope` (RoPE, context extension, M-RoPE);
-every name is also importable from here, as ``symbolic.<name>``.
+(Transformer-XL, T5, Shaw et al.), :mod:`.rope` (RoPE, context extension, M-RoPE) and
+:mod:`.remap` (SelfExtend, Dual Chunk Attention, ReRoPE); every name is also importable
+from here, as ``symbolic.<name>``.
 """
 
 from __future__ import annotations
@@ -54,6 +55,13 @@ from .relative import (
     transformer_xl_terms,
     TransformerXLTerms,
 )
+from .remap import (
+    dual_chunk_partition,
+    floor_monotone,
+    RemapProof,
+    rerope_bounds,
+    self_extend_bound,
+)
 from .rope import (
     angle_a,
     angle_b,
@@ -82,6 +90,8 @@ __all__ = [
     "base_symbol",
     "block_diagonal_step",
     "dot_product_variance",
+    "dual_chunk_partition",
+    "floor_monotone",
     "key_index",
     "key_mask",
     "m_sym",
@@ -105,12 +115,15 @@ __all__ = [
     "PermutationEquivariance",
     "phi",
     "pos",
+    "RemapProof",
+    "rerope_bounds",
     "rope_block_matrix",
     "rotate_pairs_matrix",
     "rotation_matrix",
     "row_scores",
     "row_softmax",
     "score_variance_general",
+    "self_extend_bound",
     "self_attention",
     "shaw_value_regrouping",
     "shaw_value_regrouping_general",

@@ -1,0 +1,358 @@
+"""Attention with remapped RoPE positions: SelfExtend, ReRoPE (and leaky ReRoPE) and
+Dual Chunk Attention (the positions and their sources: :mod:`posenc.remap`).
+
+Each method scores a pair (i, j) in one of a few *cases* (neighbour/grouped, near/far,
+intra/successive/inter chunk), each case with its own rotation of the query and key by
+:func:`posenc.rope.apply_rope`. Two paths compute the same thing:
+
+* ``*_attention_reference``: the naive reference, written out on purpose: one full
+  (T_q, T_k) score matrix per case, the case of each pair picked with ``torch.where``,
+  a causal softmax; returns the weights too. O(C·T²) memory for C cases.
+* ``*_attention``: one call of :func:`torch.nn.functional.scaled_dot_product_attention`
+  on *concatenated* cases: the query's C rotations side by side in the features, the
+  keys repeated C times, case c's copy with its rotation in feature block c and zeros
+  elsewhere, so that query·key of copy c is exactly case c's score; a boolean mask lets
+  each pair through in its one case. The scores are merged before the one softmax, so
+  no log-sum-exp merge is needed and the result equals the reference to rounding.
+  Memory: the keys grow C-fold and the mask is (T_q, C·T_k) booleans; no score or
+  distance matrix is stored by the caller's code.
+
+Shapes: q (B, H, T_q, d_h), k and v (B, H, T_k, d_h), the same H (no grouped-query
+sharing here; repeat the keys first), T_q ≤ T_k. ``positions`` are the keys' absolute
+positions (T_k,) int64 (default 0..T_k−1) and the queries sit at the last T_q of them,
+as in a decoding step with a KV cache. Queries and keys are passed *un-rotated*.
+
+KV caches: a query's remapped positions depend on i only and a key's on j only, so
+every method decodes token by token; what it cannot use is the *ordinary* cache of
+keys rotated once by j. SelfExtend needs keys at j and at ⌊j/G⌋, ReRoPE at j and
+un-rotated, leaky ReRoPE at j and at j/k: two rotated copies or one un-rotated cache
+(the authors' choice, rotating at every step). DCA rotates every key once, by j mod s:
+a single rotated cache works, but not one filled by an ordinary RoPE model.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from ..frequencies import DEFAULT_BASE
+from ..remap import (
+    as_index_positions,
+    dual_chunk_positions,
+    rerope_positions,
+    self_extend_positions,
+)
+from ..rope import apply_rope
+
+
+def _check_qkv(q, k, v, positions):
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            raise TypeError(f"{name} must be a floating tensor, got {type(x).__name__}")
+        if x.dim() < 2:
+            raise ValueError(f"{name} must be (..., T, d_h), got {tuple(x.shape)}")
+    if k.shape != v.shape[:-1] + k.shape[-1:] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            "k must be (..., T_k, d_h) like v and q (..., T_q, d_h); got q "
+            f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
+    if q.shape[-2] > k.shape[-2]:
+        raise ValueError(
+            f"T_q = {q.shape[-2]} must be <= T_k = {k.shape[-2]} (queries are the last "
+            "T_q of the keys' positions)"
+        )
+    key = as_index_positions(k.shape[-2] if positions is None else positions)
+    if key.shape[0] != k.shape[-2]:
+        raise ValueError(
+            f"positions must have T_k = {k.shape[-2]} entries, got {key.shape[0]}"
+        )
+    key = key.to(q.device)
+    return key[-q.shape[-2] :], key
+
+
+def _rotate(x, positions, rope):
+    if positions.is_floating_point():  # apply_rope forms float32 angles anyway
+        positions = positions.float()
+    return apply_rope(x, positions.to(x.device), **rope)
+
+
+def _causal(query, key):
+    return query[:, None] >= key[None, :]
+
+
+def _cases_reference(q, k, v, cases, scale):
+    """cases: [(q_rot, k_rot, allowed (T_q, T_k) bool)], disjoint masks."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = torch.full(
+        (*q.shape[:-1], k.shape[-2]), float("-inf"), dtype=q.dtype, device=q.device
+    )
+    for q_rot, k_rot, allowed in cases:
+        scores = torch.where(allowed, q_rot @ k_rot.transpose(-2, -1) * scale, scores)
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+def _cases_sdpa(q, k, v, cases, scale):
+    """One SDPA over the C cases concatenated (see the module docstring)."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    count = len(cases)
+    q_cat = torch.cat([q_rot for q_rot, _, _ in cases], dim=-1)  # (..., T_q, C·d)
+    blocks = []
+    for c, (_, k_rot, _) in enumerate(cases):
+        pad = [k_rot.new_zeros(k_rot.shape)] * count
+        pad[c] = k_rot
+        blocks.append(torch.cat(pad, dim=-1))  # (..., T_k, C·d), case c's block
+    k_cat = torch.cat(blocks, dim=-2)  # (..., C·T_k, C·d)
+    v_cat = torch.cat([v] * count, dim=-2)  # (..., C·T_k, d_v)
+    mask = torch.cat([allowed for _, _, allowed in cases], dim=-1)  # (T_q, C·T_k)
+    return F.scaled_dot_product_attention(
+        q_cat, k_cat, v_cat, attn_mask=mask, scale=scale
+    )
+
+
+def _two_band_cases(q, k, pos, window, query, key, rope):
+    offset = query[:, None] - key[None, :]
+    causal = offset >= 0
+    near = causal & (offset < window)
+    return [
+        (_rotate(q, pos.near_query, rope), _rotate(k, pos.near_key, rope), near),
+        (
+            _rotate(q, pos.far_query, rope),
+            _rotate(k, pos.far_key, rope),
+            causal & ~near,
+        ),
+    ]
+
+
+def _self_extend_cases(q, k, v, positions, group_size, window_size, rope):
+    query, key = _check_qkv(q, k, v, positions)
+    pos = self_extend_positions(
+        key, group_size=group_size, window_size=window_size, query_positions=query
+    )
+    return _two_band_cases(q, k, pos, window_size, query, key, rope)
+
+
+def self_extend_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    positions: torch.Tensor | None = None,
+    *,
+    group_size: int,
+    window_size: int,
+    inv_freq: torch.Tensor | None = None,
+    base: float = DEFAULT_BASE,
+    layout: str = "half",
+    scale: float | None = None,
+) -> torch.Tensor:
+    """SelfExtend attention (Jin et al., ICML 2024, §3, Alg. 1; github
+    datamllab/LongLM ``self_extend_patch/Llama.py``, ``self_extend_forward``), causal.
+
+    Neighbour attention (i − j < W) with the ordinary RoPE positions; grouped attention
+    (i − j ≥ W) with the query at ⌊i/G⌋ + W − ⌊W/G⌋ and the key at ⌊j/G⌋
+    (:func:`posenc.remap.self_extend_positions`); one softmax over both. Computed by
+    one SDPA over the two cases concatenated (module docstring).
+
+    KV cache: the grouped key position ⌊j/G⌋ and the neighbour one j are fixed per key,
+    but a key moves from the neighbour band to the grouped one as i grows, so each
+    decoding step needs it at both rotations: a cache of keys rotated once by j does
+    not suffice; two rotated copies, or un-rotated keys rotated at every step (the
+    authors' code), do. tests/test_remap.py checks that decoding the last query alone
+    against the full key set gives the full pass's last row.
+
+    Args:
+        q: (B, H, T_q, d_h) un-rotated queries. k, v: (B, H, T_k, d_h), k un-rotated.
+        positions: keys' positions (T_k,) int64, default 0..T_k−1; the queries are at
+            the last T_q of them.
+        group_size: G ≥ 1. window_size: W ≥ 1.
+        inv_freq, base, layout: RoPE's settings, as :func:`posenc.rope.apply_rope`.
+        scale: score scale, default 1/√d_h.
+
+    Returns:
+        (B, H, T_q, d_h), q's dtype.
+
+    Raises:
+        TypeError, ValueError: non-float tensors, mismatched shapes, T_q > T_k, bad
+            positions or bad G, W (:func:`posenc.remap.check_self_extend`).
+    """
+    rope = dict(inv_freq=inv_freq, base=base, layout=layout)
+    cases = _self_extend_cases(q, k, v, positions, group_size, window_size, rope)
+    return _cases_sdpa(q, k, v, cases, scale)
+
+
+def self_extend_attention_reference(
+    q, k, v, positions=None, *, group_size, window_size, inv_freq=None,
+    base=DEFAULT_BASE, layout="half", scale=None,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """:func:`self_extend_attention` with the full neighbour and grouped score matrices
+    merged by ``torch.where`` before the softmax, as the authors'
+    ``self_extend_forward`` does. Returns ``(out, weights)``, weights (B, H, T_q,
+    T_k)."""
+    rope = dict(inv_freq=inv_freq, base=base, layout=layout)
+    cases = _self_extend_cases(q, k, v, positions, group_size, window_size, rope)
+    return _cases_reference(q, k, v, cases, scale)
+
+
+def _rerope_cases(q, k, v, positions, window, scaling_factor, rope):
+    query, key = _check_qkv(q, k, v, positions)
+    pos = rerope_positions(
+        key, window=window, scaling_factor=scaling_factor, query_positions=query
+    )
+    return _two_band_cases(q, k, pos, window, query, key, rope)
+
+
+def rerope_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    positions: torch.Tensor | None = None,
+    *,
+    window: int,
+    scaling_factor: float | None = None,
+    inv_freq: torch.Tensor | None = None,
+    base: float = DEFAULT_BASE,
+    layout: str = "half",
+    scale: float | None = None,
+) -> torch.Tensor:
+    """ReRoPE attention (Su 2023, kexue.fm/archives/9708; github bojone/rerope
+    ``rerope_patch.py``), or leaky ReRoPE with ``scaling_factor`` k
+    (``leaky_rerope_patch.py``), causal: distance i − j inside the window, W (or W +
+    (i − j − W)/k) beyond (:func:`posenc.remap.rerope_positions`).
+
+    Not included: bojone's patches also multiply every query by max(1, log(i + 1) /
+    log(training_length)) (log-n attention temperature); that belongs to attention
+    temperature, not to the remapping.
+
+    KV cache: near scores need keys rotated by j, far ones un-rotated keys (ReRoPE) or
+    keys at j/k (leaky): an ordinary cache of keys rotated by j does not suffice; two
+    copies, or un-rotated keys (bojone's decoding path) do.
+
+    Args: as :func:`self_extend_attention`, with ``window`` W ≥ 1 and
+    ``scaling_factor`` k > 1 or None. Returns (B, H, T_q, d_h). Raises: as there, and
+    :func:`posenc.remap.check_rerope`.
+    """
+    rope = dict(inv_freq=inv_freq, base=base, layout=layout)
+    cases = _rerope_cases(q, k, v, positions, window, scaling_factor, rope)
+    return _cases_sdpa(q, k, v, cases, scale)
+
+
+def rerope_attention_reference(
+    q, k, v, positions=None, *, window, scaling_factor=None, inv_freq=None,
+    base=DEFAULT_BASE, layout="half", scale=None,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """:func:`rerope_attention` with the two full score matrices merged by
+    ``torch.where`` (bojone's ``rectified_mask``). Returns ``(out, weights)``."""
+    rope = dict(inv_freq=inv_freq, base=base, layout=layout)
+    cases = _rerope_cases(q, k, v, positions, window, scaling_factor, rope)
+    return _cases_reference(q, k, v, cases, scale)
+
+
+def _dual_chunk_cases(q, k, v, positions, settings, rope):
+    query, key = _check_qkv(q, k, v, positions)
+    pos = dual_chunk_positions(key, query_positions=query, **settings)
+    s = settings["chunk_size"]
+    apart = query[:, None] // s - key[None, :] // s
+    causal = _causal(query, key)
+    k_rot = _rotate(k, pos.key, rope)
+    return [
+        (_rotate(q, pos.intra_query, rope), k_rot, causal & (apart == 0)),
+        (_rotate(q, pos.successive_query, rope), k_rot, causal & (apart == 1)),
+        (_rotate(q, pos.inter_query, rope), k_rot, causal & (apart > 1)),
+    ]
+
+
+def dual_chunk_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    positions: torch.Tensor | None = None,
+    *,
+    chunk_size: int,
+    pretraining_length: int,
+    local_window: int | None = None,
+    inv_freq: torch.Tensor | None = None,
+    base: float = DEFAULT_BASE,
+    layout: str = "half",
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Dual Chunk Attention (An et al., ICML 2024, §3, Eq. 8 and the normalisation of
+    §3.4; github HKUNLP/ChunkLlama ``chunkllama_attn_replace.py``), causal: keys at j
+    mod s, queries at their intra, successive or inter position by the chunk distance
+    ⌊i/s⌋ − ⌊j/s⌋ = 0, 1 or > 1 (:func:`posenc.remap.dual_chunk_positions`), one
+    softmax over all keys.
+
+    KV cache: works with a cache of keys rotated once, by j mod s (ChunkLlama caches
+    them so); a cache filled with ordinary RoPE keys (rotated by j) cannot be reused.
+
+    Args: as :func:`self_extend_attention`, with ``chunk_size`` s,
+    ``pretraining_length`` c and ``local_window`` w (default c − s). Returns (B, H,
+    T_q, d_h). Raises: as there, and :func:`posenc.remap.check_dual_chunk`.
+    """
+    rope = dict(inv_freq=inv_freq, base=base, layout=layout)
+    settings = dict(
+        chunk_size=chunk_size,
+        pretraining_length=pretraining_length,
+        local_window=local_window,
+    )
+    cases = _dual_chunk_cases(q, k, v, positions, settings, rope)
+    return _cases_sdpa(q, k, v, cases, scale)
+
+
+def dual_chunk_attention_reference(
+    q, k, v, positions=None, *, chunk_size, pretraining_length, local_window=None,
+    inv_freq=None, base=DEFAULT_BASE, layout="half", scale=None,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """:func:`dual_chunk_attention` with the three full score matrices merged by
+    ``torch.where`` before one softmax. Returns ``(out, weights)``."""
+    rope = dict(inv_freq=inv_freq, base=base, layout=layout)
+    settings = dict(
+        chunk_size=chunk_size,
+        pretraining_length=pretraining_length,
+        local_window=local_window,
+    )
+    cases = _dual_chunk_cases(q, k, v, positions, settings, rope)
+    return _cases_reference(q, k, v, cases, scale)
+
+
+def relative_rope_scores(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    distances: torch.Tensor,
+    *,
+    inv_freq: torch.Tensor | None = None,
+    base: float = DEFAULT_BASE,
+    layout: str = "half",
+    scale: float | None = None,
+) -> torch.Tensor:
+    """The scores ⟨R_{d_ij} q_i, k_j⟩·scale for a given (T_q, T_k) distance matrix d
+    (RoFormer Eq. 16: ⟨R_m q, R_n k⟩ = ⟨R_{m−n} q, k⟩), by rotating a copy of q per
+    pair: O(T_q·T_k·d_h) memory, a check that a method's scores are those of its
+    distances (:mod:`posenc.remap`), not a way to run it.
+
+    Args:
+        q: (..., T_q, d_h). k: (..., T_k, d_h). distances: (T_q, T_k), int or float.
+        inv_freq, base, layout: as :func:`posenc.rope.apply_rope`. scale: default
+            1/√d_h.
+
+    Returns:
+        (..., T_q, T_k) in q's dtype; RoPE's angles are float32 (apply_rope), so it
+        matches a method's own scores to float32 accuracy of the angles.
+
+    Raises:
+        ValueError: distances not (T_q, T_k).
+    """
+    shape = (q.shape[-2], k.shape[-2])
+    if tuple(distances.shape) != shape:
+        raise ValueError(
+            f"distances must be (T_q, T_k) = {shape}, got {tuple(distances.shape)}"
+        )
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    pairs = q.unsqueeze(-2).expand(*q.shape[:-1], shape[1], q.shape[-1])
+    if distances.is_floating_point():  # apply_rope forms float32 angles anyway
+        distances = distances.float()
+    rotated = apply_rope(
+        pairs, distances.to(q.device), inv_freq=inv_freq, base=base, layout=layout
+    )  # (..., T_q, T_k, d_h): q_i rotated by d_ij
+    return (rotated * k.unsqueeze(-3)).sum(-1) * scale
