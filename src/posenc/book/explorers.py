@@ -27,6 +27,7 @@ from ..alibi import alibi_bias, alibi_slopes
 from ..relative_buckets import t5_relative_position_bucket
 from ..rope import apply_rope
 from ..scaling import rope_inv_freq
+from ..utils import cpu_float64
 from .interactive import Control, Explorer
 from .plotting import OKABE_ITO, SEQUENTIAL_CMAP
 
@@ -198,7 +199,7 @@ def long_wavelength_pairs(head_dim: int, base: float, train_length: int) -> int:
     """How many of RoPE's pairs turn less than once within ``train_length`` (their
     wavelength 2π/θ_i is longer): past it they reach angles training never showed."""
     inv_freq, _ = rope_inv_freq(head_dim, base)
-    return int((2 * torch.pi / inv_freq.double() > train_length).sum())
+    return int((2 * torch.pi / cpu_float64(inv_freq) > train_length).sum())
 
 
 def rope_wavelengths() -> Explorer:
@@ -207,7 +208,7 @@ def rope_wavelengths() -> Explorer:
 
     def state(head_dim: int, base: float, train_length: int, factor: int) -> dict:
         inv_freq, _ = rope_inv_freq(head_dim, base)
-        wavelength = (2 * torch.pi / inv_freq.double()).tolist()
+        wavelength = (2 * torch.pi / cpu_float64(inv_freq)).tolist()
         pairs = range(head_dim // 2)
         ends = [0, head_dim // 2 - 1]
         count = long_wavelength_pairs(head_dim, base, train_length)
@@ -276,7 +277,7 @@ def scaled_ratios(factor, beta_fast, beta_slow, low_freq_factor, high_freq_facto
     ratios = {}
     for name, (scaling, seq_len) in configs.items():
         scaled, _ = rope_inv_freq(SCALE_HEAD_DIM, SCALE_BASE, scaling, seq_len=seq_len)
-        ratios[name] = (scaled.double() / plain.double()).tolist()
+        ratios[name] = (cpu_float64(scaled) / cpu_float64(plain)).tolist()
     return ratios
 
 
@@ -340,10 +341,10 @@ ALIBI_QUERIES = (16, 32, 64, 128)
 def alibi_weights(num_heads: int, query: int) -> torch.Tensor:
     """The attention each head gives the keys 0 … ``query`` from its ALiBi bias alone
     (equal content scores): softmax over n of −m_h·(query − n), (H, query + 1)."""
-    slopes = alibi_slopes(num_heads).double()
+    slopes = cpu_float64(alibi_slopes(num_heads))
     keys = torch.arange(query + 1)
     bias = alibi_bias(torch.tensor([query]), keys, slopes)  # (H, 1, query + 1)
-    return torch.softmax(bias.double()[:, 0], dim=-1)
+    return torch.softmax(cpu_float64(bias)[:, 0], dim=-1)
 
 
 def alibi_attention() -> Explorer:
@@ -396,7 +397,7 @@ def mean_distance(weights: torch.Tensor) -> float:
     the queries m of a (T, T) attention map."""
     t = weights.shape[-1]
     offset = torch.arange(t)[:, None] - torch.arange(t)[None, :]  # (T, T): m − n
-    return float((weights.double() * offset.clamp(min=0)).sum(-1).mean())
+    return float((cpu_float64(weights) * offset.clamp(min=0)).sum(-1).mean())
 
 
 @torch.no_grad()
