@@ -109,7 +109,10 @@ def words(paragraphs: list[str]) -> int:
 def local_file(url: str, html: Path | None = None) -> Path | None:
     """The file of the site (default :data:`HTML`) that a URL served by :func:`serve`
     points at."""
-    path = unquote(urlparse(url).path).lstrip("/")
+    parsed = urlparse(url)
+    if parsed.scheme not in ("http", "https", "file", ""):
+        return None  # a data: URI (a figure's embedded static fallback) is no file
+    path = unquote(parsed.path).lstrip("/")
     candidate = (html or HTML) / path
     return candidate if candidate.is_file() else None
 

@@ -59,7 +59,7 @@ def test_t5_figure_says_which_buckets_training_never_reaches():
     figure = explorers.t5_buckets()
     assert len(figure.states) == 48
     text = figure.states[figure.default_key]["layout"]["annotations"][0]["text"]
-    assert text == "5 of 32 buckets never reached within L (buckets 27–31)"  # max_distance 128, L 64
+    assert text == "5 of 32 buckets never reached within L<br>(buckets 27–31)"  # max_distance 128, L 64
 
 
 def test_the_site_loads_plotly_from_itself_and_notebooks_from_the_mirror(monkeypatch):

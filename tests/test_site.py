@@ -362,7 +362,7 @@ document.querySelectorAll('.posenc-interactive-plot').forEach((gd) => {
   const key = (gd.layout.sliders || []).map((s) => s.active).join(',');
   out.push({id: gd.id, key: key, values: (gd.layout.sliders || []).map((s) => s.steps[s.active].label),
     shown: Array.from(gd.querySelectorAll('.annotation-text')).map((e) => e.textContent),
-    stored: (spec.states[key].layout.annotations || []).map((a) => a.text),
+    stored: (spec.states[key].layout.annotations || []).map((a) => a.text.replace(/<br>/g, '')),
     traces: gd.data.map((t) => [t.x, t.y]),
     stored_traces: spec.states[key].data.map((t) => [t.x, t.y]),
     min_font: Math.min(...Array.from(gd.querySelectorAll('text, tspan')).filter((t) =>

@@ -137,7 +137,7 @@ def t5_buckets() -> Explorer:
         x, y = t5_bucket_steps(num_buckets, max_distance)
         missing = unreached_buckets(num_buckets, max_distance, train_length)
         said = (
-            f"{len(missing)} of {num_buckets} buckets never reached within L "
+            f"{len(missing)} of {num_buckets} buckets never reached within L<br>"
             f"(buckets {missing[0]}–{missing[-1]})" if missing
             else f"every one of the {num_buckets} buckets is reached within L"
         )
@@ -150,7 +150,7 @@ def t5_buckets() -> Explorer:
             }],
             "shapes": [{
                 "type": "line", "x0": train_length, "x1": train_length, "y0": 0,
-                "y1": 1, "yref": "paper",
+                "y1": 1, "yref": "y domain",
                 "line": {"color": OKABE_ITO[3], "dash": "dash"},
             }],
             "annotations": [{
@@ -363,7 +363,7 @@ def alibi_attention() -> Explorer:
                 for h, w in enumerate(weights)
             ],
             "annotations": [_readout(
-                f"slopes 1/{1 / slopes[0]:g} … 1/{1 / slopes[-1]:g}<br>"
+                f"slopes {slopes[0]:.3g} … {slopes[-1]:.3g}<br>"
                 "the last 8 keys get "
                 f"{near[0]:.0%} (head 1) … {near[-1]:.0%} (head {num_heads})"
             )],
