@@ -72,11 +72,7 @@ def rope_rotation() -> Explorer:
                 _arrow(q, f"q at m = {m}", OKABE_ITO[0]),
                 _arrow(k, f"k at n = {n}", OKABE_ITO[1]),
             ],
-            "annotations": [{
-                "x": 0.0, "y": 1.0, "xref": "paper", "yref": "paper",
-                "xanchor": "left", "yanchor": "bottom", "showarrow": False,
-                "text": f"m − n = {m - n}: score q·k = {score:.4f}",
-            }],
+            "annotations": [_readout(f"m − n = {m - n}: score q·k = {score:.4f}")],
         }
 
     return Explorer(
@@ -153,11 +149,7 @@ def t5_buckets() -> Explorer:
                 "y1": 1, "yref": "y domain",
                 "line": {"color": OKABE_ITO[3], "dash": "dash"},
             }],
-            "annotations": [{
-                "x": 0.0, "y": 1.0, "xref": "paper", "yref": "paper",
-                "xanchor": "left", "yanchor": "bottom", "showarrow": False,
-                "text": said,
-            }],
+            "annotations": [_readout(said)],
         }
 
     return Explorer(
