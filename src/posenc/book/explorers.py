@@ -187,13 +187,6 @@ WAVE_TRAIN_LENGTHS = (2048, 4096, 8192)
 WAVE_FACTORS = (2, 4, 8, 16)
 
 
-def long_wavelength_pairs(head_dim: int, base: float, train_length: int) -> int:
-    """How many of RoPE's pairs turn less than once within ``train_length`` (their
-    wavelength 2π/θ_i is longer): past it they reach angles training never showed."""
-    inv_freq, _ = rope_inv_freq(head_dim, base)
-    return int((2 * torch.pi / cpu_float64(inv_freq) > train_length).sum())
-
-
 def rope_wavelengths() -> Explorer:
     """Every pair's wavelength 2π/θ_i (θ_i from :func:`posenc.rope_inv_freq`) against
     the training length L and a target length s·L (RoFormer §3.4; YaRN §3.2)."""
@@ -203,7 +196,8 @@ def rope_wavelengths() -> Explorer:
         wavelength = (2 * torch.pi / cpu_float64(inv_freq)).tolist()
         pairs = range(head_dim // 2)
         ends = [0, head_dim // 2 - 1]
-        count = long_wavelength_pairs(head_dim, base, train_length)
+        # pairs that turn less than once within L: past it they reach unseen angles
+        count = sum(w > train_length for w in wavelength)
         return {
             "data": [
                 _line(pairs, wavelength, "wavelength 2π/θ_i", OKABE_ITO[0],

@@ -190,12 +190,12 @@ class Explorer:
             "states": self.states,
         }
 
-    def html(self, mode: str | None = None) -> str:
+    def html(self, mode: str | None = None, png: bytes | None = None) -> str:
         """The figure as one HTML fragment (a div, its data and the glue)."""
         mode = os.environ.get(MODE_ENV, "") if mode is None else mode
         script = SITE_SCRIPT if mode == "site" else NOTEBOOK_SCRIPT
         div = f"posenc-fig-{uuid.uuid4().hex[:12]}"
-        png = base64.b64encode(self.png()).decode()
+        png = base64.b64encode(self.png() if png is None else png).decode()
         spec = json.dumps(self.spec(), separators=(",", ":"))
         return (
             f'<div class="posenc-interactive" data-states="{len(self.states)}">'
@@ -219,16 +219,18 @@ class Explorer:
         from .plotting import STYLE, figure_png
 
         with mpl.rc_context(STYLE):
-            fig = draw_static(self.spec()["data"], self.figure_layout())
+            first = self.states[self.default_key]["data"]
+            fig = draw_static(first, self.figure_layout())
             try:
                 return figure_png(fig)
             finally:
                 plt.close(fig)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
+        png = self.png()  # drawn once: the HTML embeds it (print), the bundle (decks)
         return {
-            "text/html": self.html(),
-            "image/png": base64.b64encode(self.png()).decode(),
+            "text/html": self.html(png=png),
+            "image/png": base64.b64encode(png).decode(),
             "text/plain": f"<posenc figure with {len(self.states)} states>",
         }
 
