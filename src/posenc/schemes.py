@@ -11,7 +11,10 @@ A positional scheme acts at one or more of four plug-in points of the one attent
    same bias without a T×T tensor, as a FlexAttention :meth:`PositionalScheme.score_mod`
    or folded into q and k by :meth:`PositionalScheme.augment_qk`;
 4. :meth:`PositionalScheme.value_term` — add a term built from the attention weights to
-   the output (Shaw values).
+   the output (Shaw values);
+
+and an attention-level method of the ``"attention"`` namespace (below) replaces the
+attention's softmax(q·kᵀ)·v itself, at :meth:`PositionalScheme.attend`.
 
 Positions, one shape per level (B′ ∈ {1, B}: 1 when the batch shares them):
 
@@ -40,7 +43,13 @@ Schemes are registered by name with :func:`register_scheme` and built by name wi
 :func:`build_scheme`; the model, the experiments and the benchmarks only ever use names.
 Names live in a namespace (:data:`NAMESPACES`): ``"1d"`` (the default) for schemes of
 sequence positions, ``"2d"`` for the tiny ViT's schemes of (row, column) positions
-(:mod:`posenc.layers.vit`), which the language model's runs do not iterate.
+(:mod:`posenc.layers.vit`), which the language model's runs do not iterate, and
+``"attention"`` for attention-level methods of a RoPE model that replace how scores are
+formed rather than adding to them (SelfExtend, ReRoPE, Dual Chunk Attention:
+:mod:`posenc.layers.remapped_schemes`, registered when :mod:`posenc.layers` is
+imported). Such a method declares a fifth point, :meth:`PositionalScheme.attend`, which
+takes the place of the attention's softmax(q·kᵀ)·v; it is a way to *run* a trained RoPE
+model, not a scheme to train, so neither the book's runs nor the study iterate it.
 """
 
 from __future__ import annotations
@@ -58,7 +67,10 @@ from ._checks import check_int
 #: (2, T) or (2, B, T), rows (row, column); (B′, 1, T, 2) inside the attention), the
 #: tiny ViT's schemes (:mod:`posenc.layers.vit`). The book's runs, the study grid and
 #: the tests of the positions contract iterate ``"1d"`` only.
-NAMESPACES = {"1d": 1, "2d": 2}
+#: ``"attention"``, attention-level methods over sequence positions (hook ``"attend"``).
+NAMESPACES = {"1d": 1, "2d": 2, "attention": 1}
+#: The namespace whose schemes, and only whose schemes, declare ``"attend"``.
+ATTEND_NAMESPACE = "attention"
 DEFAULT_NAMESPACE = "1d"
 
 _REGISTRY: dict[str, dict[str, type[PositionalScheme]]] = {n: {} for n in NAMESPACES}
@@ -72,6 +84,7 @@ HOOKS = (
     "score_mod",
     "augment_qk",
     "value_term",
+    "attend",
 )
 
 
@@ -101,7 +114,9 @@ class PositionalScheme(nn.Module):
     name: ClassVar[str] = ""
     #: The plug-in points the scheme uses, names from :data:`HOOKS`: ``"embed"``
     #: (point 1), ``"transform_qk"`` (2), ``"score_bias"`` (3) with its fused forms
-    #: ``"score_mod"`` and ``"augment_qk"``, ``"value_term"`` (4). Empty for "none".
+    #: ``"score_mod"`` and ``"augment_qk"``, ``"value_term"`` (4); ``"attend"`` (the
+    #: ``"attention"`` namespace's methods, in place of the whole softmax). Empty for
+    #: "none".
     hooks: ClassVar[frozenset[str]] = frozenset()
     #: True when :meth:`value_term` is used (set from ``hooks``, not by hand): the
     #: attention must then materialise its weights, so the fused
@@ -191,6 +206,35 @@ class PositionalScheme(nn.Module):
         ``q_positions``: (B′, 1, T_q), ``k_positions``: (B′, 1, T_k), as
         :meth:`score_bias`."""
         return None
+
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        q_positions: torch.Tensor,
+        k_positions: torch.Tensor,
+        *,
+        scale: float,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The fifth point, for the ``"attention"`` namespace only: the whole causal
+        attention softmax(q·kᵀ·scale)·v, computed the method's way from *un-rotated*
+        queries and keys (the method rotates them itself, case by case).
+
+        Args:
+            q: (B, H, T_q, d_h); k, v: (B, H, T_k, d_h), T_q ≤ T_k, the queries being
+                the last T_q of the keys (a KV cache of un-rotated keys).
+            q_positions: (1, 1, T_q); k_positions: (1, 1, T_k) (positions the batch
+                shares), or (T_q,) and (T_k,) on a direct call.
+            scale: the score scale (1/√d_h for the tiny LM).
+            need_weights: also return the weights (B, H, T_q, T_k) from the naive
+                reference path; otherwise the fast path and None.
+
+        Returns:
+            ``(out (B, H, T_q, d_h), weights or None)``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no attend point")
 
     def score_mod(
         self,
@@ -346,7 +390,9 @@ def flex_pair(qp: torch.Tensor, kp: torch.Tensor):
 def register_scheme(cls=None, *, namespace: str = DEFAULT_NAMESPACE):
     """Class decorator: register a :class:`PositionalScheme` subclass under
     ``cls.name`` in ``namespace``: ``@register_scheme`` (the 1-D schemes of the
-    language model) or ``@register_scheme(namespace="2d")`` (the ViT's grid schemes).
+    language model), ``@register_scheme(namespace="2d")`` (the ViT's grid schemes),
+    or ``@register_scheme(namespace="attention")`` (attention-level methods, which
+    declare ``"attend"``).
 
     The class's :attr:`~PositionalScheme.position_axes` must be the namespace's
     (:data:`NAMESPACES`), so that a scheme of 2-D positions cannot join the 1-D runs.
@@ -354,7 +400,8 @@ def register_scheme(cls=None, *, namespace: str = DEFAULT_NAMESPACE):
     Raises:
         TypeError: if ``cls`` is not a PositionalScheme subclass.
         ValueError: unknown namespace; a name that is empty or already registered in
-            the namespace; ``position_axes`` not the namespace's.
+            the namespace; ``position_axes`` not the namespace's; ``"attend"``
+            declared outside the ``"attention"`` namespace, or missing inside it.
     """
     _check_namespace(namespace)
     if cls is None:
@@ -366,6 +413,12 @@ def register_scheme(cls=None, *, namespace: str = DEFAULT_NAMESPACE):
     if not cls.name:
         raise ValueError(
             f"{cls.__name__} has an empty name; set the class attribute 'name'"
+        )
+    if ("attend" in cls.hooks) != (namespace == ATTEND_NAMESPACE):
+        raise ValueError(
+            f"{cls.__name__} declares hooks {sorted(cls.hooks)}: a scheme declares "
+            f"'attend' exactly when it is registered in namespace {ATTEND_NAMESPACE!r}"
+            f" (got namespace {namespace!r})"
         )
     if cls.position_axes != NAMESPACES[namespace]:
         raise ValueError(

@@ -296,6 +296,8 @@ def check_impl(
         nor an ``augment_qk``.
     """
     impl = check_choice("impl", impl, ATTENTION_IMPLS)
+    if "attend" in scheme.hooks:
+        return _check_attend_impl(impl, scheme, sink=sink, need_weights=need_weights)
     wants_weights = need_weights or scheme.needs_attention_weights
     if impl == "auto":
         return "reference" if wants_weights else "sdpa"
@@ -319,6 +321,26 @@ def check_impl(
         raise ValueError(
             f"scheme {scheme.name!r} has a score bias but no score_mod (nor "
             "augment_qk) for impl='flex'"
+        )
+    return impl
+
+
+def _check_attend_impl(impl, scheme, *, sink, need_weights) -> str:
+    """:func:`check_impl` for an attention-level method (hook ``"attend"``): its own
+    naive reference (``"reference"``, which gives the weights) or its fast path
+    (``"sdpa"``); no FlexAttention form and no sink logits."""
+    if impl == "auto":
+        return "reference" if need_weights else "sdpa"
+    if impl == "flex" or sink:
+        raise ValueError(
+            f"scheme {scheme.name!r} computes the whole attention itself ('attend'): "
+            f"it takes impl='reference' or 'sdpa' and no sink logits, got impl={impl!r}"
+            f", sink={sink}"
+        )
+    if impl == "sdpa" and need_weights:
+        raise ValueError(
+            "impl='sdpa' cannot return attention weights: need_weights=True; use "
+            "impl='reference' or 'auto'"
         )
     return impl
 
@@ -422,6 +444,12 @@ class MultiHeadAttention(nn.Module):
                 "query_temperature scales queries by their sequence position; scheme "
                 f"{scheme.name!r} has {scheme.position_axes}-axis positions"
             )
+        if "attend" in scheme.hooks and (not causal or window or chunk or sink):
+            raise ValueError(
+                f"scheme {scheme.name!r} computes its own causal attention: it takes "
+                f"no window, chunk, sink or causal=False, got causal={causal}, "
+                f"window={window}, chunk={chunk}, sink={sink}"
+            )
         self.scheme = scheme
         self.causal = causal
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
@@ -467,7 +495,12 @@ class MultiHeadAttention(nn.Module):
         pos = head_positions(positions, *x.shape[:2], axes)  # (B′, 1, T[, A])
         q, k, v = self._project(x)  # (B, H, T, d_h) each
         q, k, v, k_pos = self._position(q, k, v, pos, cache)  # k, v: (B, H, T_k, d_h)
-        if impl == "reference":
+        if "attend" in self.scheme.hooks:  # an attention-level method
+            out, weights = self.scheme.attend(
+                q, k, v, pos, k_pos, scale=self._attention_options["scale"],
+                need_weights=impl == "reference",
+            )
+        elif impl == "reference":
             out, weights = self._attend_reference(q, k, v, pos, k_pos)
         elif impl == "sdpa":
             out, weights = self._attend_sdpa(q, k, v, pos, k_pos), None

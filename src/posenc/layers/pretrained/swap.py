@@ -21,6 +21,7 @@ from ..kv_cache import StreamingKVCache
 from ..masks import causal_mask
 from ...rope import ROPE_LAYOUTS, apply_rope
 from ...frequencies import compute_inv_freq
+from ...schemes import PositionalScheme
 
 
 def _attention_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -112,6 +113,8 @@ def _posenc_attention(
     }
     if rope["streaming"] is not None:
         return _streaming_attention(attn, q, k, v, position_ids, rope, rotation)
+    if rope["attention"] is not None:
+        return _method_attention(attn, q, k, v, position_ids, past_key_values, rope)
     if rope["inv_freq"] is not None:
         positions = position_ids[:, None, :]  # (B, 1, T): broadcasts over heads
         q = apply_rope(q, positions, **rotation)
@@ -149,6 +152,44 @@ def _streaming_attention(attn, q, k, v, position_ids, rope, rotation):
     return attn.o_proj(out), None
 
 
+def _method_attention(attn, q, k, v, position_ids, past_key_values, rope):
+    """An attention-level method (the registry's ``"attention"`` namespace) inside a
+    Llama attention: un-rotated k and v go into transformers' cache, and the method
+    attends from the un-rotated q and every cached key, rotating them itself. The keys'
+    positions are consecutive, ending at the last query's."""
+    if past_key_values is not None:
+        k, v = past_key_values.update(k, v, attn.layer_idx)
+    groups = q.shape[1] // k.shape[1]  # grouped-query attention: H / H_kv
+    k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+    shared = position_ids[:1]  # (1, T_q): the method needs positions the batch shares
+    if not torch.equal(position_ids, shared.expand_as(position_ids)):
+        name = rope["attention"].name
+        raise ValueError(f"{name} needs the same positions in every row of the batch")
+    last = int(shared[0, -1])
+    key_positions = torch.arange(last - k.shape[-2] + 1, last + 1, device=q.device)
+    out, _ = rope["attention"].attend(
+        q, k, v, shared[:, None], key_positions[None, None], scale=attn.scaling
+    )
+    out = out.transpose(1, 2).reshape(*out.shape[:1], out.shape[2], -1)  # (B, T, H·d_h)
+    return attn.o_proj(out), None
+
+
+def _check_extras(attention, streaming, num_layers: int) -> None:
+    """swap_rope's ``attention`` and ``streaming``: at most one, each of its kind."""
+    if attention is not None and "attend" not in getattr(attention, "hooks", ()):
+        raise TypeError(
+            "attention must be a scheme of the registry's 'attention' namespace (one "
+            f"that declares 'attend'), got {attention!r}"
+        )
+    if attention is not None and streaming is not None:
+        raise ValueError("attention and streaming cannot be combined")
+    if streaming is not None and len(streaming.layers) != num_layers:
+        raise ValueError(
+            f"the streaming cache has {len(streaming.layers)} layers, the model "
+            f"{num_layers}"
+        )
+
+
 @contextlib.contextmanager
 def swap_rope(
     model: torch.nn.Module,
@@ -159,6 +200,7 @@ def swap_rope(
     rotate: bool = True,
     record: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None,
     streaming: StreamingKVCache | None = None,
+    attention: PositionalScheme | None = None,
 ) -> Iterator[torch.nn.Module]:
     """Run a Llama-style transformers model with posenc's RoPE instead of its own.
 
@@ -184,6 +226,11 @@ def swap_rope(
             cache slots (StreamingLLM); the model is then called with ``position_ids``
             the cache's ``next_positions`` and ``use_cache=False``, one sequence (see
             :func:`streaming_token_losses`).
+        attention: a scheme of the registry's ``"attention"`` namespace
+            (:mod:`posenc.layers.remapped_schemes`) built with the model's RoPE
+            settings: it replaces rotation and attention (then ``inv_freq``,
+            ``attention_factor`` and ``layout`` are unused); the cache then holds
+            un-rotated keys; positions must be the same in every row.
 
     Yields:
         The model.
@@ -205,6 +252,7 @@ def swap_rope(
             f"inv_freq must have shape (rotary_dim/2,) with rotary_dim <= head_dim = "
             f"{head_dim}, got {tuple(inv_freq.shape)}"
         )
+    _check_extras(attention, streaming, len(layers))
     device = next(model.parameters()).device
     rope = {
         "inv_freq": inv_freq.to(device) if rotate else None,
@@ -212,12 +260,8 @@ def swap_rope(
         "attention_factor": float(attention_factor),
         "record": record,
         "streaming": streaming,
+        "attention": None if attention is None else attention.to(device),
     }
-    if streaming is not None and len(streaming.layers) != len(layers):
-        raise ValueError(
-            f"the streaming cache has {len(streaming.layers)} layers, the model "
-            f"{len(layers)}"
-        )
     for attn in layers:
         forward = _posenc_attention.__get__(attn)
         attn.forward = lambda *a, _f=forward, **kw: _f(*a, rope=rope, **kw)
