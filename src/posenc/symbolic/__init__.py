@@ -4,10 +4,10 @@ The notebooks display these results and ``assert`` the claims; the tests lambdif
 same objects and compare them with the torch code (the derivation-to-code bridge).
 Nothing here is numerical. One module per subject: :mod:`.attention` (why order
 matters, absolute scores, masked softmax), :mod:`.sinusoidal`, :mod:`.relative`
-(Transformer-XL, T5, Shaw et al.), :mod:`.rope` (RoPE, context extension, M-RoPE) and
-:mod:`.remap` (SelfExtend, Dual Chunk Attention, ReRoPE), :mod:`.temperature`
-(attention temperature: YaRN's m², attention fading, SSMax, Llama 4's τ); every name is also importable
-from here, as ``symbolic.<name>``.
+(Transformer-XL, T5, Shaw et al.), :mod:`.rope` (RoPE, context extension, M-RoPE),
+:mod:`.remap` (SelfExtend, Dual Chunk Attention, ReRoPE) and :mod:`.temperature`
+(attention temperature: YaRN's m², attention fading, SSMax, Llama 4's τ); every name
+is also importable from here, as ``symbolic.<name>``.
 """
 
 from __future__ import annotations
