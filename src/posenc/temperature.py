@@ -59,7 +59,9 @@ def llama4_query_scale(
     transformers applies it only where ``attn_temperature_tuning`` is set and the layer
     has no RoPE (``not self.use_rope``), after the q/k norm and before the KV cache, in
     training and inference alike, with p = the number of cached tokens + the query's
-    index (not ``position_ids``).
+    index (not ``position_ids``). It has no learned parameter; Meta's announcement
+    calls it "inference time temperature scaling" and cites Scalable-Softmax
+    (https://ai.meta.com/blog/llama-4-multimodal-intelligence/).
 
     Args:
         positions: integer or float positions, any shape. floor_scale: > 0.
