@@ -54,7 +54,9 @@ def yarn_logit_factor() -> TemperatureProof:
     scaled = rotate(q0, q1, a, m).dot(rotate(k0, k1, b, m))
     plain = rotate(q0, q1, a, 1).dot(rotate(k0, k1, b, 1))
     claims = {
-        "one pair: scaled logit = m² · logit": sp.Eq(sp.expand(scaled - m**2 * plain), 0)
+        "one pair: scaled logit = m² · logit": sp.Eq(
+            sp.expand(scaled - m**2 * plain), 0
+        )
     }
     d = sp.Symbol("d", integer=True, positive=True)
     q, k = sp.MatrixSymbol("q", d, 1), sp.MatrixSymbol("k", d, 1)
