@@ -37,15 +37,20 @@ from torch import nn
 from .._checks import check_choice, check_int
 from .kv_cache import LayerKVCache
 from .masks import (
+    attended_keys,
     attention_mask,
-    check_query_temperature,
     check_sink,
     check_sinks,
     check_spans,
-    query_temperature_scale,
 )
 from ..rope_nd import axis_positions_to_heads, check_axis_positions
 from ..schemes import PositionalScheme
+from ..temperature import (
+    check_query_temperature,
+    llama4_query_scale,
+    logn_query_scale,
+    ssmax_query_scale,
+)
 
 ATTENTION_IMPLS = ("auto", "reference", "sdpa", "flex")
 
@@ -400,16 +405,22 @@ class MultiHeadAttention(nn.Module):
         window: sliding-window attention over the last ``window`` keys (Gemma 3's
             local layers), or None. chunk: chunked attention (Llama 4's RoPE layers),
             or None. See :func:`attention_mask`.
-        query_temperature: None or ``{"floor_scale", "attn_scale"}``: queries scaled
-            by :func:`query_temperature_scale` of their positions (Llama 4's NoPE
-            layers).
+        query_temperature: None or a dict of :func:`posenc.temperature.
+            check_query_temperature`: each query multiplied, after the scheme's
+            transform, by Llama 4's τ of its position (``{"floor_scale",
+            "attn_scale"}``: Llama 4 uses it on its NoPE layers only), Qwen-1's log-n
+            (``{"type": "logn", "train_length"}``) or Scalable-Softmax's s_h · ln n
+            (``{"type": "ssmax", "init", "bias"}``, n the keys it attends: the
+            parameters ``ssmax_scale`` (H,), initialised to ``init``, and with
+            ``bias`` ``ssmax_bias`` (H,), initialised to 0, trained with the rest).
         sink: a learned sink logit per head (gpt-oss), the parameter ``sinks`` (H,),
             initialised to 0.
 
     Raises:
         TypeError / ValueError: sizes not positive integers, d not divisible by H; as
         :func:`check_spans`, :func:`check_query_temperature`, :func:`check_sink`; a
-        query temperature with a scheme of grid positions (``position_axes`` > 1).
+        temperature of positions (Llama 4's, log-n) with a scheme of grid positions
+        (``position_axes`` > 1).
 
     Shape:
         ``forward(x, positions)``: x (B, T, d); positions (T,) or (B, T) → (B, T, d),
@@ -439,7 +450,8 @@ class MultiHeadAttention(nn.Module):
                 f"d_model must be divisible by num_heads, got {d_model} and {num_heads}"
             )
         self.head_dim = d_model // num_heads
-        if self.query_temperature is not None and scheme.position_axes > 1:
+        kind = (self.query_temperature or {}).get("type")
+        if kind in ("llama4", "logn") and scheme.position_axes > 1:
             raise ValueError(
                 "query_temperature scales queries by their sequence position; scheme "
                 f"{scheme.name!r} has {scheme.position_axes}-axis positions"
@@ -455,6 +467,11 @@ class MultiHeadAttention(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.proj = nn.Linear(d_model, d_model, bias=False)
         self.sinks = nn.Parameter(torch.zeros(num_heads)) if sink else None
+        if kind == "ssmax":
+            init = self.query_temperature["init"]
+            self.ssmax_scale = nn.Parameter(torch.full((num_heads,), init))
+            bias = self.query_temperature["bias"]
+            self.ssmax_bias = nn.Parameter(torch.zeros(num_heads)) if bias else None
 
     def forward(
         self,
@@ -515,7 +532,7 @@ class MultiHeadAttention(nn.Module):
         return qkv.permute(2, 0, 3, 1, 4)  # (B, T, 3, H, d_h) → (3, B, H, T, d_h)
 
     def _position(self, q, k, v, pos, cache):
-        """Plug-in point 2 and the KV cache; then Llama 4's query temperature.
+        """Plug-in point 2 and the KV cache; then the query temperature.
 
         A :class:`LayerKVCache` stores keys after the transform, so only the new ones
         are transformed; a cache that ``reassigns_positions`` (StreamingLLM) stores
@@ -537,9 +554,25 @@ class MultiHeadAttention(nn.Module):
             if cache is not None:
                 k, v, k_pos = cache.append(k, v, pos)  # earlier keys + these
         if self.query_temperature is not None:
-            tau = query_temperature_scale(pos, **self.query_temperature)  # (B′, 1, T)
+            tau = self._query_temperature(pos, q.shape[-2], k.shape[-2])
             q = (q * tau[..., None].to(q.device)).to(q.dtype)
         return q, k, v, k_pos
+
+    def _query_temperature(self, pos, q_len: int, k_len: int) -> torch.Tensor:
+        """τ of each query (:mod:`posenc.temperature`), broadcastable to q without
+        its last axis: (B′, 1, T) from the positions (Llama 4, log-n) or (1, H, T)
+        from the keys each query attends (SSMax)."""
+        qt = self.query_temperature
+        if qt["type"] == "llama4":
+            return llama4_query_scale(
+                pos, floor_scale=qt["floor_scale"], attn_scale=qt["attn_scale"]
+            )
+        if qt["type"] == "logn":
+            return logn_query_scale(pos, train_length=qt["train_length"])
+        n = attended_keys(
+            q_len, k_len, causal=self.causal, window=self.window, chunk=self.chunk
+        )
+        return ssmax_query_scale(n, self.ssmax_scale, self.ssmax_bias)[None]
 
     def _transform_qk(self, q, k, q_pos, k_pos):
         """Plug-in point 2, where the scheme declares it; shapes kept."""

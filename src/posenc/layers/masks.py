@@ -1,7 +1,8 @@
 """What attention may see and how hard it looks: the causal, sliding-window and chunked
-masks (:func:`attention_mask`), attention sinks' checks, and the query temperature of
-Llama 4's NoPE layers (:func:`query_temperature_scale`). Used by
-:mod:`posenc.layers.attention`.
+masks (:func:`attention_mask`), how many keys each query attends
+(:func:`attended_keys`, the n of Scalable-Softmax) and attention sinks' checks; the
+query temperatures themselves are in :mod:`posenc.temperature` (re-exported here:
+``query_temperature_scale`` is Llama 4's). Used by :mod:`posenc.layers.attention`.
 
 Shapes:
     B batch, H heads, T_q queries, T_k keys; masks are boolean (T_q, T_k), True where a
@@ -10,11 +11,23 @@ Shapes:
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from .._checks import check_int
+from ..temperature import check_query_temperature
+from ..temperature import llama4_query_scale as query_temperature_scale
+
+__all__ = [
+    "attended_keys",
+    "attention_mask",
+    "causal_mask",
+    "check_query_temperature",
+    "check_sink",
+    "check_sinks",
+    "check_spans",
+    "check_window",
+    "query_temperature_scale",
+]
 
 
 def causal_mask(
@@ -108,63 +121,51 @@ def attention_mask(
     return allowed
 
 
+def attended_keys(
+    q_len: int,
+    k_len: int,
+    *,
+    causal: bool = True,
+    window: int | None = None,
+    chunk: int | None = None,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """How many keys each query attends: the row sums of :func:`attention_mask`,
+    computed in closed form without the (q_len, k_len) mask.
+
+    With the query at index i′ = i + k_len − q_len of the keys: causal, i′ + 1; with a
+    window W, min(i′ + 1, W); with a chunk C, (i′ mod C) + 1 (chunked and windowed:
+    the smaller); not causal, k_len.
+
+    Returns:
+        int64 (q_len,).
+
+    Raises:
+        ValueError: as :func:`attention_mask`.
+    """
+    window, chunk = check_spans(causal, window, chunk)
+    q_len = check_int("q_len", q_len, minimum=0)
+    k_len = check_int("k_len", k_len, minimum=0)
+    if not causal:
+        return torch.full((q_len,), k_len, dtype=torch.long, device=device)
+    if q_len > k_len:
+        raise ValueError(
+            f"a causal mask needs q_len <= k_len, got q_len={q_len}, k_len={k_len}"
+        )
+    query = torch.arange(k_len - q_len, k_len, device=device)
+    count = query + 1
+    if window is not None:
+        count = count.clamp(max=window)
+    if chunk is not None:
+        count = torch.minimum(count, query % chunk + 1)
+    return count
+
+
 def check_sinks(sinks: torch.Tensor | None, num_heads: int) -> None:
     if sinks is not None and (sinks.dim() != 1 or sinks.shape[0] != num_heads):
         raise ValueError(
             f"sinks must have shape (H,) = ({num_heads},), got {tuple(sinks.shape)}"
         )
-
-
-def query_temperature_scale(
-    positions: torch.Tensor, *, floor_scale: float, attn_scale: float
-) -> torch.Tensor:
-    """Llama 4's attention temperature for its NoPE layers: queries are multiplied by
-
-        τ(p) = 1 + attn_scale · log(1 + ⌊(p + 1) / floor_scale⌋),
-
-    which is 1 for p < floor_scale − 1 and grows like log p after, so that the scores of
-    a layer without positions stay sharp when the context grows (transformers 5.23,
-    ``Llama4TextAttention.forward``; Llama 4 uses floor_scale 8192, attn_scale 0.1).
-
-    Args:
-        positions: integer or float positions, any shape. floor_scale: > 0.
-        attn_scale: ≥ 0.
-
-    Returns:
-        float32 τ of the positions' shape.
-    """
-    return (
-        torch.log1p(torch.floor((positions.float() + 1.0) / floor_scale)) * attn_scale
-        + 1.0
-    )
-
-
-def check_query_temperature(value: object) -> dict | None:
-    """None, or a dict with exactly ``floor_scale`` (> 0) and ``attn_scale`` (≥ 0).
-
-    Raises:
-        TypeError / ValueError: naming the value and the rule.
-    """
-    if value is None:
-        return None
-    if not isinstance(value, dict) or set(value) != {"floor_scale", "attn_scale"}:
-        raise ValueError(
-            "query_temperature must be None or a dict with the keys 'floor_scale' and "
-            f"'attn_scale', got {value!r}"
-        )
-    floor_scale, attn_scale = value["floor_scale"], value["attn_scale"]
-    for name, v in (("floor_scale", floor_scale), ("attn_scale", attn_scale)):
-        real = isinstance(v, (int, float)) and not isinstance(v, bool)
-        if not real or not math.isfinite(v):
-            raise TypeError(
-                f"query_temperature[{name!r}] must be a finite real number, got {v!r}"
-            )
-    if floor_scale <= 0 or attn_scale < 0:
-        raise ValueError(
-            "query_temperature needs floor_scale > 0 and attn_scale >= 0, got "
-            f"floor_scale={floor_scale}, attn_scale={attn_scale}"
-        )
-    return {"floor_scale": float(floor_scale), "attn_scale": float(attn_scale)}
 
 
 def check_sink(name: str, value: object) -> bool:

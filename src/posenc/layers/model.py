@@ -23,8 +23,9 @@ from torch import nn
 from .._checks import check_choice, check_int
 from .attention import ATTENTION_IMPLS, MultiHeadAttention, check_impl
 from .kv_cache import KVCache, StreamingKVCache
-from .masks import check_query_temperature, check_sink, check_window
+from .masks import check_sink, check_window
 from ..schemes import build_scheme, get_scheme_class
+from ..temperature import check_query_temperature, describe_query_temperature
 
 #: The keys a layer of :attr:`ModelConfig.layers` may hold.
 LAYER_KEYS = (
@@ -56,7 +57,9 @@ class ModelConfig:
             :data:`LAYER_KEYS`: ``scheme`` and ``scheme_options`` (default: the
             model's ``scheme`` and ``scheme_options``; a layer that names another
             scheme gets ``{}``), ``window`` (sliding window) or ``chunk`` (chunked
-            attention), ``query_temperature`` (Llama 4's NoPE temperature) and
+            attention), ``query_temperature`` (a per-query temperature: Llama 4's
+            NoPE temperature, Qwen-1's log-n, or Scalable-Softmax with a learned
+            scale per head; :mod:`posenc.temperature`) and
             ``sink`` (a learned sink logit per head, gpt-oss); see
             :class:`~posenc.layers.attention.MultiHeadAttention`. A pattern's schemes
             act inside attention; a scheme that adds to the embeddings (sinusoidal,
@@ -503,6 +506,5 @@ def describe_layer(layer: dict, *, scheme: str = "rope") -> str:
     else:
         text += ", full"
     if layer.get("query_temperature"):
-        qt = layer["query_temperature"]
-        text += f", temperature (F = {qt['floor_scale']:g}, a = {qt['attn_scale']:g})"
+        text += ", " + describe_query_temperature(layer["query_temperature"])
     return text + (", sink logits" if layer.get("sink") else "")

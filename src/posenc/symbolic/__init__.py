@@ -4,9 +4,10 @@ The notebooks display these results and ``assert`` the claims; the tests lambdif
 same objects and compare them with the torch code (the derivation-to-code bridge).
 Nothing here is numerical. One module per subject: :mod:`.attention` (why order
 matters, absolute scores, masked softmax), :mod:`.sinusoidal`, :mod:`.relative`
-(Transformer-XL, T5, Shaw et al.), :mod:`.rope` (RoPE, context extension, M-RoPE) and
-:mod:`.remap` (SelfExtend, Dual Chunk Attention, ReRoPE); every name is also importable
-from here, as ``symbolic.<name>``.
+(Transformer-XL, T5, Shaw et al.), :mod:`.rope` (RoPE, context extension, M-RoPE),
+:mod:`.remap` (SelfExtend, Dual Chunk Attention, ReRoPE) and :mod:`.temperature`
+(attention temperature: YaRN's m², attention fading, SSMax, Llama 4's τ); every name
+is also importable from here, as ``symbolic.<name>``.
 """
 
 from __future__ import annotations
@@ -81,6 +82,12 @@ from .rope import (
     rotation_matrix,
     yarn_correction_dim_expr,
 )
+from .temperature import (
+    llama4_temperature_blocks,
+    softmax_max_weight,
+    TemperatureProof,
+    yarn_logit_factor,
+)
 
 __all__ = [
     "absolute_score_expansion",
@@ -94,6 +101,7 @@ __all__ = [
     "floor_monotone",
     "key_index",
     "key_mask",
+    "llama4_temperature_blocks",
     "m_sym",
     "masked_softmax_weight",
     "mrope_block_matrix",
@@ -129,6 +137,7 @@ __all__ = [
     "shaw_value_regrouping_general",
     "ShawRegrouping",
     "ShiftMatrix",
+    "softmax_max_weight",
     "sinusoidal_dot_product",
     "sinusoidal_dot_product_sum",
     "sinusoidal_inv_freq",
@@ -141,6 +150,8 @@ __all__ = [
     "t5_bucket_start_general",
     "tensor2tensor_inv_freq",
     "transformer_xl_terms",
+    "TemperatureProof",
     "TransformerXLTerms",
     "yarn_correction_dim_expr",
+    "yarn_logit_factor",
 ]
