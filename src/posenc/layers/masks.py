@@ -184,7 +184,7 @@ def check_sink(name: str, value: object) -> bool:
 
 
 def _check_rows(name: str, value: object, *, integer_only: bool) -> torch.Tensor:
-    """A (T,) or (B, T) tensor of 0/1 or bool (``integer_only=False``) or integer ids."""
+    """A (T,) or (B, T) tensor: a 0/1 or bool mask, or integer ids if integer_only."""
     ok = isinstance(value, torch.Tensor) and value.dim() in (1, 2)
     if ok and integer_only:
         ok = not (value.is_floating_point() or value.is_complex())

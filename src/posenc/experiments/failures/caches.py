@@ -43,7 +43,9 @@ def _frequencies(model, scaling: dict, seq_len: int):
 def _check(ids: object, prompt_len: object, scaling: object) -> int:
     if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.is_floating_point():
         raise ValueError(f"ids must be 1-D integer token ids, got {ids!r:.60}")
-    if not isinstance(scaling, dict) or "original_max_position_embeddings" not in scaling:
+    if not isinstance(scaling, dict) or (
+        "original_max_position_embeddings" not in scaling
+    ):
         raise ValueError(
             "scaling must be a rope_parameters dict with original_max_position_"
             f"embeddings (L), got {scaling!r}"
@@ -57,7 +59,7 @@ def _check(ids: object, prompt_len: object, scaling: object) -> int:
     return L
 
 
-def _cached_logits(model, ids: torch.Tensor, prompt_len: int, frequencies) -> torch.Tensor:
+def _cached_logits(model, ids, prompt_len: int, frequencies) -> torch.Tensor:
     """The prompt in one call, then one token per step through transformers'
     DynamicCache (keys stored rotated); ``frequencies(seq_len)`` gives each call's
     (inv_freq, attention_factor). Returns (T, V) float32 logits on the CPU."""
@@ -95,7 +97,9 @@ def stale_cache_logits(model, ids, *, prompt_len: int, scaling: dict) -> torch.T
         float32 (T, V): row t is the logits after token t.
     """
     _check(ids, prompt_len, scaling)
-    return _cached_logits(model, ids, prompt_len, lambda t: _frequencies(model, scaling, t))
+    return _cached_logits(
+        model, ids, prompt_len, lambda t: _frequencies(model, scaling, t)
+    )
 
 
 @torch.no_grad()
@@ -182,17 +186,19 @@ def frequency_switch_failure(
         delta = (logits - against).abs().amax(-1)  # (N,)
         keep = torch.isin(all_rows, scored)
         loss = nll(logits[keep], ids[all_rows[keep] + 1], torch.float64)
+        inside = delta[all_rows < L]
         return {"way": way, "compared with": compared_with,
-                "max_dlogit_inside": float(delta[all_rows < L].amax()) if (all_rows < L).any() else 0.0,
+                "max_dlogit_inside": float(inside.amax()) if inside.numel() else 0.0,
                 "max_dlogit_past": float(delta[all_rows >= L].max()),
                 "loss_past": float(loss.mean())}
 
     everything = torch.arange(ids.numel())
     return pd.DataFrame([
         entry("stale cache (the failure)", "recomputed", stale, reference, rows),
-        entry("recomputed every step (reference)", "itself", reference, reference, rows),
-        entry("frequencies fixed for the generation (fix)", "one pass, same frequencies",
-              cached, one_pass, everything),
+        entry("recomputed every step (reference)", "itself", reference, reference,
+              rows),
+        entry("frequencies fixed for the generation (fix)",
+              "one pass, same frequencies", cached, one_pass, everything),
     ]).set_index("way")
 
 
@@ -215,15 +221,20 @@ class PostRopeStreamingLayerKVCache(StreamingLayerKVCache):
 
     def append(self, k, v, positions):
         # rotated once here, at the slots it arrives in, then stored
-        k = apply_rope(k, positions, inv_freq=self.inv_freq.to(k.device), layout=self.layout)
+        inv_freq = self.inv_freq.to(k.device)
+        k = apply_rope(k, positions, inv_freq=inv_freq, layout=self.layout)
         return super().append(k, v, positions)
 
 
-def post_rope_streaming_cache(model, *, sink_tokens: int, window: int) -> StreamingKVCache:
+def post_rope_streaming_cache(
+    model, *, sink_tokens: int, window: int
+) -> StreamingKVCache:
     """A :class:`StreamingKVCache` for ``model`` whose layers are the wrong
     :class:`PostRopeStreamingLayerKVCache` (the model's own frequencies)."""
     config = rope_config(model)
-    cache = StreamingKVCache(config["num_layers"], sink_tokens=sink_tokens, window=window)
+    cache = StreamingKVCache(
+        config["num_layers"], sink_tokens=sink_tokens, window=window
+    )
     inv_freq, _ = rope_inv_freq(config["rotary_dim"], config["base"])
     cache.layers = [
         PostRopeStreamingLayerKVCache(sink_tokens, window, inv_freq=inv_freq)
@@ -264,7 +275,8 @@ def double_rotation_failure(model, ids, *, sink_tokens: int, window: int):
             model, ids, sink_tokens=sink_tokens, window=window),
         "keys cached after RoPE, rotated again (the failure)": streaming_token_losses(
             model, ids, sink_tokens=sink_tokens, window=window,
-            cache=post_rope_streaming_cache(model, sink_tokens=sink_tokens, window=window)),
+            cache=post_rope_streaming_cache(
+                model, sink_tokens=sink_tokens, window=window)),
     }
     return pd.DataFrame([
         {"way": way, "loss_filling": float(x[:capacity].double().mean()),

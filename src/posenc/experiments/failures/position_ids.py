@@ -148,10 +148,13 @@ def packing_failure(model, documents):
          for d in documents[1:]]
     )
     # the predictions inside documents 1, 2, …: not the first token of each
-    inside = torch.cat([(doc_ids == k).nonzero()[:-1, 0] for k in range(1, len(documents))])
+    inside = torch.cat(
+        [(doc_ids == k).nonzero()[:-1, 0] for k in range(1, len(documents))]
+    )
     positions = {"continuous": torch.arange(row.shape[1])[None],
                  "reset": packed_positions(doc_ids)[None]}
-    masks = {"causal": torch.ones_like(row), "document": _additive(document_mask(doc_ids))}
+    masks = {"causal": torch.ones_like(row),
+             "document": _additive(document_mask(doc_ids))}
     table = []
     for way, (pos, mask) in PACKING_WAYS.items():
         logits = _logits(model, row, mask=masks[mask], positions=positions[pos])[0]
