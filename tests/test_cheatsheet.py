@@ -197,3 +197,60 @@ def test_rope_scaling_becomes_rope_parameters_and_per_layer_dicts():
     assert gemma3["sliding_attention"]["rope_theta"] == 10000.0 and gemma3["full_attention"]["rope_theta"] == 1000000.0
     on_page('Gemma 3 has `"sliding_attention"` with `rope_theta` 10000 and `"full_attention"` with 1000000',
             'Gemma 4 adds `"proportional"` with `partial_rotary_factor` 0.25')
+
+
+def test_dynamic_and_longrope_switch_frequencies_past_the_context():
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    L = 64
+    dynamic = config("LlamaConfig", head_dim=16, hidden_size=64, num_attention_heads=4,
+                     max_position_embeddings=L, rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4})
+    at = lambda c, kind, n: ROPE_INIT_FUNCTIONS[kind](c, "cpu", seq_len=n)[0]  # noqa: E731
+    assert at(dynamic, "dynamic", L).equal(at(dynamic, "dynamic", 1)) and not at(dynamic, "dynamic", L + 1).equal(at(dynamic, "dynamic", L))
+    phi3 = config("Phi3Config")
+    assert phi3.original_max_position_embeddings == 4096
+    short, long = [1.0] * 8, [4.0] * 8
+    longrope = config("LlamaConfig", head_dim=16, hidden_size=64, num_attention_heads=4, max_position_embeddings=4 * 4096,
+                      rope_parameters={"rope_type": "longrope", "rope_theta": 1e4, "short_factor": short, "long_factor": long,
+                                       "original_max_position_embeddings": 4096})
+    assert at(longrope, "longrope", 4096).equal(at(longrope, "longrope", 1))
+    torch.testing.assert_close(at(longrope, "longrope", 4097), at(longrope, "longrope", 4096) / 4)
+    on_page("`\"dynamic\"` once it\nexceeds `max_position_embeddings`",
+            "`\"longrope\"` from `short_factor` to `long_factor` once it\nexceeds `original_max_position_embeddings` (4096 in Phi-3)")
+
+
+def test_positions_of_padded_and_packed_batches():
+    from transformers import DataCollatorWithFlattening
+
+    from posenc.layers.masks import document_mask, packed_positions, padded_positions
+
+    mask = torch.tensor([[0, 0, 1, 1, 1]])
+    assert padded_positions(mask).tolist() == [[0, 0, 0, 1, 2]]
+    assert ((mask.cumsum(-1) - 1) * mask).equal(padded_positions(mask))
+    batch = DataCollatorWithFlattening(return_tensors="pt")([{"input_ids": [5, 6, 7]}, {"input_ids": [8, 9]}])
+    doc_ids = torch.tensor([0, 0, 0, 1, 1])
+    assert packed_positions(doc_ids).equal(batch["position_ids"][0])
+    assert not document_mask(doc_ids)[3, :3].any()  # the second document sees none of the first
+    on_page("Positions `attention_mask.cumsum(-1) - 1` (`posenc.layers.masks.padded_positions`",
+            "positions that restart at 0\n(`packed_positions`, as `DataCollatorWithFlattening` writes them)")
+
+
+def test_mrope_deltas_example():
+    from posenc.rope_nd import mrope_next_positions, mrope_positions
+
+    ids = mrope_positions([5, (1, 8, 8), 6])
+    assert ids.shape[1] == 75 and int(ids.max()) == 18
+    assert int(ids.max()) + 1 - ids.shape[1] == -56
+    assert mrope_next_positions(ids)[:, 0].tolist() == [19, 19, 19]
+    on_page("5 text tokens, an 8 × 8 grid of merged patches and 6 text tokens make 75\ntokens whose largest id is 18, so `rope_deltas` = 19 − 75 = −56",
+            "puts every new token 56 positions too far")
+
+
+def test_rotating_a_rotated_key_adds_the_angles():
+    from posenc.rope import apply_rope
+
+    k = torch.randn(1, 1, 6, 16)
+    n, n2 = torch.arange(6), torch.arange(6) + 3
+    torch.testing.assert_close(apply_rope(apply_rope(k, n), n), apply_rope(k, 2 * n), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(apply_rope(apply_rope(k, n), n2), apply_rope(k, n + n2), atol=1e-5, rtol=1e-5)
+    on_page("carries $2n\\theta_i$ while it stays there, $(n +\nn')\\theta_i$ once it moves to slot $n'$")

@@ -408,3 +408,48 @@ def mrope_positions(segments, *, device: torch.device | str | None = None):
     if not parts:
         raise ValueError("segments must hold at least one text run or vision grid")
     return torch.cat(parts, dim=1)
+
+
+def mrope_next_positions(positions: torch.Tensor, num_new: int = 1) -> torch.Tensor:
+    """The (temporal, height, width) ids of ``num_new`` text tokens that continue a
+    sequence whose ids are ``positions``, as generation appends them.
+
+    A text token after the sequence takes id (largest id so far) + 1 on all three
+    axes, not the token count T: a vision grid of t × h × w tokens advances the ids by
+    max(t, h, w) only, so after an image the ids run behind the count. Qwen2-VL keeps
+    the gap as ``rope_deltas`` = (largest id + 1) − T and decodes step k (0-based,
+    k = 0 the first new token) at T + k + ``rope_deltas`` (transformers 5.23,
+    ``Qwen2VLModel.get_rope_index`` and ``compute_3d_position_ids``); the result is
+    the same ids.
+
+    Args:
+        positions: (3, T) or (3, B, T) ids of the sequence so far (e.g. from
+            :func:`mrope_positions`), integer.
+        num_new: the number of new text tokens, ≥ 1.
+
+    Returns:
+        int64 (3, num_new) or (3, B, num_new): ``max + 1, max + 2, …`` on every axis,
+        max taken per row of the batch.
+
+    Raises:
+        ValueError: positions not (3, T) or (3, B, T) integer ids; num_new < 1.
+
+    Source: Wang et al. 2024, Qwen2-VL, arXiv:2409.12191, §2.1.
+    """
+    num_new = check_int("num_new", num_new, minimum=1)
+    if (
+        not isinstance(positions, torch.Tensor)
+        or positions.is_floating_point()
+        or positions.is_complex()
+        or positions.dim() not in (2, 3)
+        or positions.shape[0] != 3
+        or positions.shape[-1] < 1
+    ):
+        raise ValueError(
+            "positions must be integer ids of shape (3, T) or (3, B, T), got "
+            f"{getattr(positions, 'dtype', type(positions))} of shape "
+            f"{tuple(getattr(positions, 'shape', ()))}"
+        )
+    start = positions.amax(dim=(0, -1)) + 1  # () or (B,)
+    steps = torch.arange(num_new, device=positions.device)
+    return (start[..., None] + steps).expand(3, *start.shape, num_new).long()

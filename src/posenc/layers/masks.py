@@ -177,3 +177,99 @@ def check_sink(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be a bool, got {value!r}")
     return value
+
+
+# --------------------------------------------------------------------------------------
+# Positions and masks of a padded or packed batch
+# --------------------------------------------------------------------------------------
+
+
+def _check_rows(name: str, value: object, *, integer_only: bool) -> torch.Tensor:
+    """A (T,) or (B, T) tensor: a 0/1 or bool mask, or integer ids if integer_only."""
+    ok = isinstance(value, torch.Tensor) and value.dim() in (1, 2)
+    if ok and integer_only:
+        ok = not (value.is_floating_point() or value.is_complex())
+    elif ok:
+        ok = value.dtype == torch.bool or (
+            not value.is_complex() and bool(((value == 0) | (value == 1)).all())
+        )
+    if not ok:
+        kind = "integer document ids" if integer_only else "a 0/1 or bool mask"
+        raise ValueError(
+            f"{name} must be a (T,) or (B, T) tensor of {kind}, got "
+            f"{getattr(value, 'dtype', type(value))} of shape "
+            f"{tuple(getattr(value, 'shape', ()))}"
+        )
+    return value
+
+
+def padded_positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions of a padded batch: each row counts from 0 at its first real token.
+
+    ``cumsum(attention_mask) − 1`` on the real tokens, 0 on the pads (which the mask
+    hides). With left padding a row of n real tokens in a batch of width T starts at
+    column T − n, so ``arange(T)`` would put its first token at position T − n; this
+    gives it position 0, the position it has when run alone. transformers' ``generate``
+    does the same (5.23, ``GenerationMixin._prepare_position_ids_for_generation``);
+    ``forward`` does not: called on a left-padded batch without ``position_ids`` it
+    uses ``arange(T)``.
+
+    Args:
+        attention_mask: (B, T) or (T,), 1 (or True) on real tokens, 0 on pads;
+            padding may be on either side.
+
+    Returns:
+        int64 positions of the mask's shape.
+
+    Raises:
+        ValueError: a mask that is not 1-D/2-D or holds values other than 0 and 1.
+    """
+    mask = _check_rows("attention_mask", attention_mask, integer_only=False).long()
+    return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+
+
+def packed_positions(document_ids: torch.Tensor) -> torch.Tensor:
+    """Positions of packed sequences: 0, 1, 2, … restarting at every document.
+
+    Several documents concatenated into one row (packing) each start at position 0,
+    as when they are run alone (transformers' ``DataCollatorWithFlattening`` writes
+    the same ``position_ids``). Positions alone do not separate the documents:
+    attention must also be cut at their boundaries (:func:`document_mask`).
+
+    Args:
+        document_ids: (T,) or (B, T) integer ids, equal within a document and
+            changing at each document start (e.g. ``[0, 0, 0, 1, 1, 2]``).
+
+    Returns:
+        int64 positions of the ids' shape.
+
+    Raises:
+        ValueError: ids that are not 1-D/2-D integers.
+    """
+    ids = _check_rows("document_ids", document_ids, integer_only=True)
+    index = torch.arange(ids.shape[-1], device=ids.device).expand_as(ids)
+    start = torch.ones_like(ids, dtype=torch.bool)
+    start[..., 1:] = ids[..., 1:] != ids[..., :-1]
+    # the index of each token's document start, carried forward by a running max
+    first = torch.where(start, index, torch.zeros_like(index)).cummax(-1).values
+    return index - first
+
+
+def document_mask(document_ids: torch.Tensor) -> torch.Tensor:
+    """Causal attention within each packed document: query i may attend to key j iff
+    j ≤ i and both belong to the same document (a block-diagonal causal mask, as
+    transformers builds from packed ``position_ids``: 5.23, ``masking_utils.
+    find_packed_sequence_indices`` and ``packed_sequence_mask_function``).
+
+    Args:
+        document_ids: (T,) or (B, T) integer ids, as :func:`packed_positions`.
+
+    Returns:
+        bool (T, T) or (B, T, T), True where a query may attend.
+
+    Raises:
+        ValueError: ids that are not 1-D/2-D integers.
+    """
+    ids = _check_rows("document_ids", document_ids, integer_only=True)
+    same = ids[..., :, None] == ids[..., None, :]
+    return same & causal_mask(ids.shape[-1], ids.shape[-1], device=ids.device)

@@ -59,6 +59,7 @@ def streaming_token_losses(
     sink_tokens: int,
     window: int,
     inv_freq: torch.Tensor | None = None,
+    cache: StreamingKVCache | None = None,
 ) -> torch.Tensor:
     """The next-token loss at every position when the model reads ``input_ids``
     through a StreamingLLM cache (Xiao et al. 2024): the first ``sink_tokens`` and the
@@ -70,12 +71,17 @@ def streaming_token_losses(
         model: a Llama-style causal LM (SmolLM2). input_ids: int64 (T,), T ≥ 2.
         sink_tokens: S ≥ 0 (0: window attention). window: W ≥ 1.
         inv_freq: as :func:`swap_rope` (default: the model's own frequencies).
+        cache: an empty :class:`~posenc.layers.kv_cache.StreamingKVCache` to read
+            through instead of a new one with ``sink_tokens`` and ``window`` (e.g. a
+            cache with other layers, to compare caches); it must have one layer per
+            attention layer.
 
     Returns:
         float32 (T − 1,) as :func:`token_losses`; the same values while T ≤ S + W.
 
     Raises:
-        ValueError: input_ids not one sequence of ≥ 2 tokens; bad S or W.
+        ValueError: input_ids not one sequence of ≥ 2 tokens; bad S or W; a cache
+        that is not empty.
     """
     ids = input_ids.reshape(-1)
     if input_ids.dim() > 2 or ids.numel() < 2:
@@ -83,9 +89,12 @@ def streaming_token_losses(
             f"input_ids must be one sequence of at least 2 tokens, got shape "
             f"{tuple(input_ids.shape)}"
         )
-    cache = StreamingKVCache(
-        len(_attention_layers(model)), sink_tokens=sink_tokens, window=window
-    )
+    if cache is None:
+        cache = StreamingKVCache(
+            len(_attention_layers(model)), sink_tokens=sink_tokens, window=window
+        )
+    elif len(cache):
+        raise ValueError(f"cache must be empty, it has seen {len(cache)} tokens")
     device = next(model.parameters()).device
 
     def step(ids_step: torch.Tensor) -> torch.Tensor:  # (t,) → (t, V)
