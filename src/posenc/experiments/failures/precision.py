@@ -2,7 +2,7 @@
 float16 at large positions m, against the float32 angles of
 :func:`posenc.rope.rope_cos_sin` (which :func:`posenc.rope.apply_rope` uses).
 
-Three wrong ways, each written out and named so:
+Two wrong ways, each written out and named so:
 
 * :func:`wrong_half_precision_angles` — positions, θ_i and their product in the
   model's dtype (GPT-NeoX issue 1003; transformers' rotary before PR 29285; a
