@@ -1,0 +1,305 @@
+"""The study tier on a real model, second part: SmolLM2-135M at twice its context with
+the attention-level methods (SelfExtend, Dual Chunk Attention, ReRoPE: the registry's
+``"attention"`` namespace) beside the frequency methods of
+:mod:`posenc.experiments.pretrained_study`, and a passkey probe for both.
+
+Two experiments, each run one forward pass of T tokens:
+
+* ``"extension"``: T = 16,384 = 2L tokens of the prose and code texts of
+  :mod:`posenc.experiments.pretrained_study` (the same tokens), the loss by position in
+  buckets of :data:`posenc.experiments.pretrained_study.BUCKET`, for each method of
+  :func:`attention_methods` (the frequency methods' runs are already stored there);
+* ``"passkey"``: a key of five digits hidden at a depth of 10 %, 50 % or 90 % of T
+  tokens of filler (Mohtashami & Jaggi 2023, §4.2's format), then the question; scored
+  by teacher forcing: the log-probability of the key's tokens after the question, and
+  whether each of them is the model's most likely next token (no generation).
+
+One 16K pass takes minutes on a CPU (an attention-level method several times a plain
+pass), so the results are stored, one JSON file per run, in
+``src/posenc/results/smollm2_remap/`` with their provenance;
+``python -m posenc.experiments.remap_study`` computes what is missing (resumable), and
+``--check`` reruns :data:`CHECK_RUNS` (1,024 tokens) from scratch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import sys
+import time
+
+import torch
+
+from ..layers import pretrained
+from ..schemes import build_scheme
+from ..utils import cpu_float64
+from . import pretrained_study as ps
+from . import store
+
+NAME = "smollm2_remap"
+VERSION = 1
+LENGTH = 16384
+CHECK_TOLERANCE = ps.CHECK_TOLERANCE
+DEPTHS = (0.1, 0.5, 0.9)
+KEYS = 5
+FILLER = (
+    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and "
+    "back again. "
+)
+
+
+def attention_methods(original: int = 8192) -> dict[str, dict]:
+    """The attention-level methods at 2L, each ``{"name": ..., **settings}`` for
+    :func:`posenc.schemes.build_scheme` (namespace ``"attention"``):
+
+    * SelfExtend with G = 4 and W = L/4: its largest distance at T = 2L stays below L
+      (:func:`posenc.remap.self_extend_max_length`);
+    * DCA with ChunkLlama's defaults for a pretraining length of L
+      (``chunk_size`` 3L/4, ``local_window`` L/8 in its code: s = 5L/8, c = 3L/4 + 1,
+      w = L/8 + 1 in the paper's terms; tests/test_remap.py);
+    * ReRoPE with bojone's window ratio (512 for a 4,096-token LLaMA): W = L/8.
+    """
+    code_chunk, code_window = original * 3 // 4, original // 8
+    return {
+        "self_extend": {
+            "name": "self_extend",
+            "group_size": 4,
+            "window_size": original // 4,
+        },
+        "dual_chunk": {
+            "name": "dual_chunk",
+            "chunk_size": code_chunk - code_window,
+            "pretraining_length": code_chunk + 1,
+            "local_window": code_window + 1,
+        },
+        "rerope": {"name": "rerope", "window": original // 8},
+    }
+
+
+#: The check's method: SelfExtend with a window short enough to act within 1,024 tokens.
+CHECK_METHOD = {"name": "self_extend", "group_size": 4, "window_size": 256}
+
+
+def method_settings(method: str) -> dict | None:
+    """The settings of a method name: an attention-level method's dict, a frequency
+    method's scaling (:func:`posenc.experiments.pretrained_study.methods`, None for the
+    unscaled model), or :data:`CHECK_METHOD` for ``"self_extend_check"``."""
+    if method == "self_extend_check":
+        return CHECK_METHOD
+    methods = {**ps.methods(), **attention_methods()}
+    if method not in methods:
+        raise ValueError(f"unknown method {method!r}; known: {sorted(methods)}")
+    return methods[method]
+
+
+def passkeys(count: int = KEYS, seed: int = 0) -> list[int]:
+    """``count`` five-digit keys, the same on every machine."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(10_000, 100_000, (count,), generator=g).tolist()
+
+
+def passkey_ids(
+    tokenizer, tokens: int, depth: float, key: int
+) -> tuple[torch.Tensor, int]:
+    """The passkey prompt of exactly ``tokens`` tokens: filler, the key's sentence at
+    ``depth`` (a fraction of the filler), filler, the question and the answer.
+
+    Returns:
+        ``(ids, answer_length)``: int64 (tokens,), the answer's tokens last.
+
+    Raises:
+        ValueError: ``depth`` outside [0, 1], or too few tokens for the sentences.
+    """
+    if not 0.0 <= depth <= 1.0:
+        raise ValueError(f"depth must be a fraction in [0, 1], got {depth}")
+    encode = lambda s: pretrained.text_tokens(tokenizer, s)  # noqa: E731
+    needle = encode(f" The pass key is {key}. Remember it. {key} is the pass key.")
+    question = encode(" What is the pass key? The pass key is")
+    answer = encode(f" {key}.")
+    budget = tokens - len(needle) - len(question) - len(answer)
+    if budget < 1:
+        raise ValueError(f"{tokens} tokens cannot hold the passkey prompt")
+    filler = encode(FILLER * (budget // 20 + 2))[:budget]
+    cut = round(depth * budget)
+    ids = torch.cat([filler[:cut], needle, filler[cut:], question, answer])
+    return ids, len(answer)
+
+
+@dataclasses.dataclass(frozen=True)
+class RemapRun:
+    """One forward pass of SmolLM2.
+
+    Attributes:
+        experiment: ``"extension"``, ``"passkey"`` or ``"check"``.
+        text: ``"prose"`` or ``"code"`` (``"passkey"`` for the probe).
+        tokens: T.
+        method: a method name of :func:`method_settings`.
+        depth: the key's depth (passkey only).
+        key: which of :func:`passkeys` (passkey only).
+    """
+
+    experiment: str
+    text: str
+    tokens: int
+    method: str
+    depth: float | None = None
+    key: int | None = None
+
+    def config(self) -> dict:
+        return {
+            **dataclasses.asdict(self),
+            "settings": method_settings(self.method),
+            "model": pretrained.MODELS["smollm2"].requirement,
+            "bucket": ps.BUCKET,
+            "version": VERSION,
+        }
+
+    def key_hash(self) -> str:
+        blob = json.dumps(self.config(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    @property
+    def label(self) -> str:
+        where = "" if self.depth is None else f" depth {self.depth:.0%} key {self.key}"
+        return f"{self.experiment} {self.text} T={self.tokens} {self.method}{where}"
+
+
+#: The short run that --check recomputes.
+CHECK_RUNS = (RemapRun("check", "prose", 1024, "self_extend_check"),)
+
+
+def grid() -> list[RemapRun]:
+    """Every run: the extension runs of the attention-level methods, then the passkey
+    probe for every method (frequency and attention-level)."""
+    runs = [
+        RemapRun("extension", text, LENGTH, method)
+        for method in attention_methods()
+        for text in pretrained.TEXTS
+    ]
+    runs += [
+        RemapRun("passkey", "passkey", LENGTH, method, depth, key)
+        for method in (*ps.methods(), *attention_methods())
+        for depth in DEPTHS
+        for key in range(KEYS)
+    ]
+    return list(CHECK_RUNS) + runs
+
+
+def method_losses(model, ids: torch.Tensor, method: str) -> torch.Tensor:
+    """Per-position losses (T − 1,) of one sequence under a method: an attention-level
+    method through :func:`posenc.layers.pretrained.swap_rope`'s ``attention``, a
+    frequency method as :func:`posenc.experiments.pretrained_study.losses`."""
+    settings = method_settings(method)
+    if settings is None or "name" not in settings:
+        return ps.losses(model, ids, method)
+    config = pretrained.rope_config(model)
+    options = {k: v for k, v in settings.items() if k != "name"}
+    scheme = build_scheme(
+        settings["name"],
+        namespace="attention",
+        d_model=config["num_heads"] * config["head_dim"],
+        num_heads=config["num_heads"],
+        base=config["base"],
+        **options,
+    )
+    with pretrained.swap_rope(model, attention=scheme):
+        return pretrained.token_losses(model, ids)
+
+
+def _run_ids(run: RemapRun, tokenizer, cache: dict) -> tuple[torch.Tensor, int]:
+    if run.experiment == "passkey":
+        return passkey_ids(tokenizer, run.tokens, run.depth, passkeys()[run.key])
+    ids = ps._tokens(tokenizer, run.text, cache)[: run.tokens]
+    if len(ids) < run.tokens:
+        raise ValueError(f"{run.text} has fewer than {run.tokens} tokens")
+    return ids, 0
+
+
+def execute(run: RemapRun, model, tokenizer, cache: dict | None = None) -> dict:
+    """Run one forward pass; return its record (config, key, results, provenance)."""
+    from importlib.metadata import version
+
+    ids, answer = _run_ids(run, tokenizer, {} if cache is None else cache)
+    start = time.perf_counter()
+    with torch.no_grad():
+        values = method_losses(model, ids, run.method)
+    seconds = time.perf_counter() - start
+    if run.experiment == "passkey":
+        answer_losses = cpu_float64(values[-answer:])  # the key's tokens, forced
+        results = {
+            "answer_logprob": -float(answer_losses.sum()),
+            "answer_losses": answer_losses.tolist(),
+        }
+    else:
+        results = {
+            "mean_loss": float(cpu_float64(values).mean()),
+            "bucket_loss": ps.bucket_means(values),
+        }
+    return {
+        "key": run.key_hash(),
+        "config": run.config(),
+        "results": results,
+        "provenance": {
+            **store.provenance(),
+            "transformers": version("transformers"),
+            "tokens_fingerprint": pretrained.fingerprint(ids),
+            "seconds": round(seconds, 1),
+        },
+    }
+
+
+COMMAND = "python -m posenc.experiments.remap_study"
+
+
+def _folder():
+    return store.results_dir(NAME)
+
+
+def run_study(*, threads: int | None = None, limit: int | None = None) -> int:
+    """Compute the missing runs in grid order (resumable: one file each), at most
+    ``limit`` of them; returns how many were computed."""
+    if threads:
+        torch.set_num_threads(threads)
+    folder = _folder()
+    runs = grid()
+    if folder.exists():
+        store.prune(folder, {f"{r.key_hash()}.json" for r in runs})
+    missing = store.missing_runs(runs, store.read_records(folder), RemapRun.key_hash)
+    missing = missing[:limit] if limit is not None else missing
+    if not missing:
+        return 0
+    model, tokenizer = pretrained.load("smollm2")
+    cache: dict = {}
+    for i, run in enumerate(missing, 1):
+        record = execute(run, model, tokenizer, cache)
+        store.write_json(folder / f"{run.key_hash()}.json", record, indent=1)
+        print(
+            f"[{i}/{len(missing)}] {run.label} in "
+            f"{record['provenance']['seconds']:.0f} s",
+            flush=True,
+        )
+    return len(missing)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m posenc.experiments.remap_study [--limit N] [--threads N]``: compute
+    the missing runs (``--list`` lists the grid with what is stored)."""
+    description = __doc__.split("\n\n")[0]
+    parser = argparse.ArgumentParser(prog=COMMAND, description=description)
+    parser.add_argument("--list", action="store_true", help="list the grid")
+    parser.add_argument("--limit", type=int, default=None, help="at most N runs")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads")
+    args = parser.parse_args(argv)
+    if args.list:
+        stored = store.read_records(_folder()) if _folder().exists() else {}
+        store.print_listing(grid(), stored, RemapRun.key_hash, lambda r: r.label)
+        return 0
+    computed = run_study(threads=args.threads, limit=args.limit)
+    print(f"computed {computed} run(s); results in {_folder()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
