@@ -317,6 +317,11 @@ def from_arguments(
                 "(--executor local runs processes here: --workers)"
             )
         return "local"
+    if getattr(args, "workers", None) not in (None, parser.get_default("workers")):
+        parser.error(
+            f"--workers goes with --executor local; --executor {args.executor} runs "
+            "one job per run (at most --array-parallelism at once)"
+        )
     try:
         return Submitit(
             args.executor,
