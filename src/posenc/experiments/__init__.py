@@ -1,6 +1,7 @@
 """The experiments the book measures: the book's standard runs (:mod:`.runs`,
 re-exported here, so that a chapter writes ``from posenc.experiments import
-book_scale, ...``), the one stored-results protocol (:mod:`.store`), the
+book_scale, ...``), the one stored-results protocol (:mod:`.store`, dispatching
+runs through :mod:`.executor`: local processes or SLURM via submitit), the
 length-generalization study (:mod:`.study` with :mod:`.study_grid`, :mod:`.probes`,
 :mod:`.lm_evaluation`, :mod:`.stats`), the pretrained-model study
 (:mod:`.pretrained_study`) and the benchmarks

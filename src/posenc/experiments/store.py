@@ -10,9 +10,11 @@ follows one protocol, and this module is the one place that implements it:
 
 * **compute what is missing** (resume): :func:`read_records` reads the folder,
   :func:`missing_runs` lists the runs of the current grid that have no file, and
-  :func:`compute` runs them (in worker processes from :func:`worker_pool`, or in this
-  one), each file written atomically (:func:`write_json`) the moment its run ends, so
-  that an interrupted study resumes where it stopped;
+  :func:`compute` runs them (in worker processes from :func:`worker_pool`, in this
+  one, or as submitit jobs on SLURM or submitit's local executor:
+  :mod:`posenc.experiments.executor`), each file written atomically
+  (:func:`write_json`) the moment its run ends, so that an interrupted study resumes
+  where it stopped;
 * **prune**: :func:`prune` deletes stored files that no run of the grid uses;
 * **staleness**: :func:`grid_records` returns the records of the grid in its order, and
   raises :class:`StaleResultsError` (:func:`stale_error`'s message names the runs and
@@ -44,7 +46,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from ..layers.train import REQUIRE_CACHED_ENV
+from .executor import Submitit, as_executor, init_worker, submit
 
 Run = TypeVar("Run")
 
@@ -245,13 +247,6 @@ def grid_records(
 # --- computing ------------------------------------------------------------------------
 
 
-def _init_worker(threads: int, then=None) -> None:
-    os.environ.pop(REQUIRE_CACHED_ENV, None)  # this is the step that trains
-    torch.set_num_threads(threads)
-    if then is not None:
-        then()
-
-
 def worker_pool(workers: int, threads: int = 1, then=None) -> ProcessPoolExecutor:
     """Fresh ("spawn") worker processes that may train (``POSENC_REQUIRE_CACHED`` is
     unset in them), each with ``threads`` torch threads; ``then`` (a picklable
@@ -268,7 +263,7 @@ def worker_pool(workers: int, threads: int = 1, then=None) -> ProcessPoolExecuto
     return ProcessPoolExecutor(
         max_workers=workers,
         mp_context=multiprocessing.get_context("spawn"),
-        initializer=_init_worker,
+        initializer=init_worker,
         initargs=(threads, then),
     )
 
@@ -280,18 +275,33 @@ def compute(
     *,
     workers: int,
     here: Callable[[Run], dict] | None = None,
+    executor: str | Submitit = "local",
+    label: Callable[[Run], str] = repr,
 ) -> None:
     """Compute each run of ``todo`` and hand its record to ``store`` as it ends.
 
     Args:
         todo: the runs (:func:`missing_runs`). execute: run -> record, picklable (a
             module-level function, or a ``functools.partial`` of one) when
-            ``workers`` ≥ 1. store: called in this process with each run and its
-            record, in the order they end. workers: processes of
-            :func:`worker_pool` (one torch thread each); 0 runs every run here, one
-            after another. here: what runs a run in this process (default
-            ``execute``), e.g. with a corpus already loaded.
+            ``workers`` ≥ 1 or ``executor`` is submitit's. store: called in this
+            process with each run and its record, in the order they end.
+            workers: with ``executor="local"``, processes of :func:`worker_pool`
+            (one torch thread each); 0 runs every run here, one after another.
+            here: what runs a run in this process (default ``execute``), e.g. with
+            a corpus already loaded. executor: ``"local"`` (the above), or
+            ``"submitit-local"`` or a :class:`posenc.experiments.executor.Submitit`
+            (SLURM or submitit's local executor: one job per run, ``workers`` and
+            ``here`` unused; :func:`posenc.experiments.executor.submit`).
+            label: a run's name in the error of a failed submitit job.
+
+    Raises:
+        posenc.experiments.executor.JobFailedError: a submitted run failed.
+        ValueError: an unknown ``executor``.
     """
+    executor = as_executor(executor)
+    if executor != "local":
+        submit(todo, execute, store, executor, label=label)
+        return
     if workers == 0:
         for run in todo:
             store(run, (here or execute)(run))

@@ -27,6 +27,7 @@ The design, the protocols and the statistics are explained in the chapter "Lengt
 generalization: a controlled study". Usage::
 
     python -m posenc.experiments.study [--preset cpu|gpu] [--workers N] [--list]
+    python -m posenc.experiments.study --executor slurm --partition NAME [--time-min M]
     python -m posenc.experiments.study --check [--preset cpu|gpu]
 
 The preset is ``cpu`` unless named: the book reads the cpu study on every machine.
@@ -44,6 +45,7 @@ from pathlib import Path
 
 import torch
 
+from . import executor as dispatch
 from . import store
 from ..layers.data import Corpus
 from ..layers.model import TinyLM
@@ -227,7 +229,7 @@ def _key_of(corpus):
     return lambda run: run.key(corpus)
 
 
-def _execute_all(runs, folder: Path, corpus, workers: int, device: str, desc: str):
+def _execute_all(runs, folder: Path, corpus, workers, device, desc, executor):
     todo = store.missing_runs(runs, store.read_records(folder), _key_of(corpus))
     if not todo:
         return 0.0
@@ -250,6 +252,8 @@ def _execute_all(runs, folder: Path, corpus, workers: int, device: str, desc: st
         save,
         workers=workers,
         here=partial(execute, corpus=corpus, device=device),
+        executor=executor,
+        label=lambda run: f"{run.kind} {run.label} seed {run.seed}",
     )
     bar.close()
     return time.perf_counter() - start
@@ -263,6 +267,7 @@ def run_study(
     device: str = "cpu",
     kinds=("sweep", "lm", "probe"),
     prune: bool = True,
+    executor: str | dispatch.Submitit = "local",
 ) -> dict:
     """Run every missing cell of the grid (resumable), then, when every kind was run,
     drop stored files that no longer belong to it. Returns ``{"wall_seconds": ...,
@@ -274,6 +279,8 @@ def run_study(
             0 runs every cell in this process).
         device: where to run. kinds: run only these kinds of cells (the sweep always
             runs first: the main runs depend on it). prune: drop stale files.
+        executor: ``"local"`` (``workers`` processes here), or SLURM or submitit's
+            local executor (:mod:`posenc.experiments.executor`).
 
     Raises:
         ValueError: unknown preset.
@@ -285,12 +292,20 @@ def run_study(
     folder = _folder(name, preset)
     corpus = study_corpus()
     wall = _execute_all(
-        sweep_runs(preset), folder, corpus, workers, device, "learning-rate sweep"
+        sweep_runs(preset),
+        folder,
+        corpus,
+        workers,
+        device,
+        "learning-rate sweep",
+        executor,
     )
     lrs = best_learning_rates(_stored(name, preset), preset, corpus)
     runs = sweep_runs(preset) + main_runs(lrs, preset)
     chosen = [r for r in runs if r.kind in kinds]
-    wall += _execute_all(chosen, folder, corpus, workers, device, "study")
+    wall += _execute_all(
+        chosen, folder, corpus, workers, device, "study", executor
+    )
     if prune and set(kinds) >= {"sweep", "lm", "probe"}:
         store.prune(folder, {f"{r.key(corpus)}.json" for r in runs})
     return {"wall_seconds": wall, "runs": len(runs)}
@@ -524,6 +539,7 @@ def _parser() -> argparse.ArgumentParser:
         default="sweep,lm,probe",
         help="comma-separated kinds of cells to run (default: all)",
     )
+    dispatch.add_arguments(parser)
     return parser
 
 
@@ -551,10 +567,18 @@ def _check(name: str, device: str, threads: int) -> int:
     )
 
 
+def _run_device(preset: str, device: str, executor) -> str:
+    # jobs given GPUs train there, though this machine (a login node) has none
+    gpus = not isinstance(executor, str) and executor.gpus_per_node > 0
+    return "cuda" if preset == "gpu" and gpus else device
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m posenc.experiments.study``: compute the stored study's missing cells,
     or ``--list``, ``--verify`` or ``--check`` it (:mod:`posenc.experiments.store`)."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    executor = dispatch.from_arguments(args, parser)
     preset = args.preset
     device = "cuda" if preset == "gpu" and torch.cuda.is_available() else "cpu"
     if args.list:
@@ -575,8 +599,9 @@ def main(argv: list[str] | None = None) -> int:
         args.name,
         preset=preset,
         workers=args.workers,
-        device=device,
+        device=_run_device(preset, device, executor),
         kinds=tuple(args.kinds.split(",")),
+        executor=executor,
     )
     print(
         f"study {args.name!r} ({preset}): {summary['runs']} runs in the grid; "

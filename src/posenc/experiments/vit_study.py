@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from . import executor as dispatch
 from . import store
 from .store import results_dir
 from ..layers.train import tqdm
@@ -131,7 +132,11 @@ def _execute_in_worker(run: DigitsRun, device: str) -> dict:
 
 
 def run_digits_study(
-    *, workers: int | None = None, device: str = "cpu", progress: bool = True
+    *,
+    workers: int | None = None,
+    device: str = "cpu",
+    progress: bool = True,
+    executor: str | dispatch.Submitit = "local",
 ) -> dict:
     """Compute the runs of the study that are not stored (resumable: one file per
     run, written when the run ends), then delete stored files that left the grid.
@@ -140,6 +145,8 @@ def run_digits_study(
         workers: processes, one torch thread each (default: usable cores, at most
             one per missing run; 1 on a GPU; 0 runs every run in this process).
         device: where to train. progress: a tqdm bar over the runs.
+        executor: ``"local"`` (``workers`` processes here), or SLURM or submitit's
+            local executor (:mod:`posenc.experiments.executor`).
 
     Returns:
         ``{"runs": runs in the grid, "computed": runs computed now, "wall_seconds":
@@ -169,7 +176,12 @@ def run_digits_study(
             )
 
         store.compute(
-            todo, partial(_execute_in_worker, device=device), save, workers=workers
+            todo,
+            partial(_execute_in_worker, device=device),
+            save,
+            workers=workers,
+            executor=executor,
+            label=lambda run: run.label,
         )
         bar.close()
     if folder.exists():
@@ -282,6 +294,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--device", default=None, help="where to train (default: cpu)"
     )
+    dispatch.add_arguments(parser)
     explore = parser.add_argument_group(
         "exploring",
         "--explore: run digits_experiment with these arguments (cached "
@@ -347,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
             "--schemes, --seeds, --steps, --patch-size, --upsample and "
             "--no-cache go with --explore (the stored study is VIT_DIGITS)"
         )
+    executor = dispatch.from_arguments(args, parser)
     start = time.perf_counter()
     if args.explore:
         return _explore(args)
@@ -367,7 +381,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     if status is not None:
         return status
-    summary = run_digits_study(workers=args.workers, device=device)
+    summary = run_digits_study(
+        workers=args.workers,
+        device=device,
+        executor=executor,
+    )
     print(
         f"tiny-ViT digits study: {summary['runs']} runs in the grid, "
         f"{summary['computed']} computed now in {summary['wall_seconds']:.0f} s; "
