@@ -6,6 +6,7 @@ decoding, and their place in the registry (study conditions only)."""
 import math
 
 import pytest
+import sympy as sp
 import torch
 from torch.nn.attention.flex_attention import flex_attention
 
@@ -248,3 +249,27 @@ def test_study_only_schemes_are_registered_but_not_chapter_runs():
         n for n in posenc.available_schemes() if n not in ("fire", "kerple")
     )
     assert not {"fire", "kerple"} & {run.scheme for run in book_runs()}
+
+
+# -- the derivations (posenc.symbolic.kernels) ------------------------------------------
+
+
+@pytest.mark.parametrize("proof", ["kerple_log_kernel", "kerple_power_kernel", "fire_interpolation"])
+def test_symbolic_claims_hold(proof):
+    from posenc.symbolic import kernels as symbolic
+
+    claims = getattr(symbolic, proof)()
+    assert claims and all(v is sp.true or v is True for v in claims.values()), claims
+
+
+def test_symbolic_statements_on_numbers():
+    """The derived shapes, on the package's own biases: Kerple's log bias 0 at
+    distance 0, decreasing and convex (second differences > 0); the power bias convex
+    for r₂ < 1 and concave for r₂ > 1."""
+    pos = torch.arange(40, dtype=torch.float64)
+    for kernel, r2, sign in [("log", 0.7, 1), ("power", 0.5, 1), ("power", 1.5, -1)]:
+        r1 = torch.tensor([0.8], dtype=torch.float64)
+        b = posenc.kernels.kerple_bias(pos[-1:], pos, r1, torch.tensor([r2], dtype=torch.float64), kernel=kernel)
+        row = b[0, 0].flip(0)  # by distance 0, 1, …, 39
+        assert row[0] == 0 and (row.diff() < 0).all()
+        assert (sign * row.diff().diff() > 0).all()

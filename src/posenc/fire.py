@@ -97,7 +97,8 @@ def fire_inputs(
     kp = sequence_positions(k_positions).to(c.dtype)
     scale = c.abs()
     distance = (qp[..., :, None] - kp[..., None, :]).abs()  # (..., T_q, T_k)
-    normaliser = torch.maximum(qp, threshold.to(qp.device))[..., :, None]  # (..., T_q, 1)
+    # ψ(max(L, i)): (..., T_q, 1)
+    normaliser = torch.maximum(qp, threshold.to(qp.device))[..., :, None]
     return torch.log1p(scale * distance) / (torch.log1p(scale * normaliser) + eps)
 
 
@@ -141,7 +142,9 @@ class FireScheme(PositionalScheme):
         self.init_threshold = _check_positive("init_threshold", init_threshold)
         init_c = _check_positive("init_c", init_c)
         self.mlp = nn.Sequential(
-            nn.Linear(1, self.mlp_width), nn.ReLU(), nn.Linear(self.mlp_width, num_heads)
+            nn.Linear(1, self.mlp_width),
+            nn.ReLU(),
+            nn.Linear(self.mlp_width, num_heads),
         )
         self.c = nn.Parameter(torch.tensor(init_c))
         self.threshold_scale = nn.Parameter(torch.tensor(1.0))

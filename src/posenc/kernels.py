@@ -136,7 +136,9 @@ class KerpleScheme(PositionalScheme):
 
     def score_bias(self, q, k, q_positions, k_positions):
         self.project_()
-        bias = kerple_bias(q_positions, k_positions, self.r1, self.r2, kernel=self.kernel)
+        bias = kerple_bias(
+            q_positions, k_positions, self.r1, self.r2, kernel=self.kernel
+        )
         return bias.to(q.dtype)
 
     def score_mod(self, q_positions, k_positions, *, q=None, k=None):

@@ -234,7 +234,8 @@ def _schemes(train_length: int, num_layers: int) -> dict[str, tuple]:
 
 
 def sweep_runs(preset: str = "cpu") -> list[StudyRun]:
-    """Phase 1: each registered scheme but the study-only ones, seed 0, at each learning rate of the preset."""
+    """Phase 1: each registered scheme but the study-only ones, seed 0, at each
+    learning rate of the preset."""
     p = PRESETS[preset]
     L = p["train"]["seq_len"]
     return [
