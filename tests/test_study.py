@@ -22,7 +22,7 @@ import posenc.experiments.study_grid as study_grid
 from posenc.book.quotes import Quotes
 from posenc.experiments import lm_evaluation, probes, stats, store
 from posenc.layers.model import ModelConfig, TinyLM
-from posenc.schemes import available_schemes
+from posenc.schemes import chapter_schemes
 
 
 @pytest.mark.parametrize("task", sorted(probes.PROBES))
@@ -230,10 +230,10 @@ def test_keys_follow_the_configuration():
 
 def test_the_grid_holds_every_registered_scheme():
     preset = study_grid.PRESETS["cpu"]
-    lrs = dict.fromkeys(available_schemes(), 3e-3)
+    lrs = dict.fromkeys(chapter_schemes(), 3e-3)
     runs = study_grid.main_runs(lrs)
     for kind in ("lm", "probe"):
-        for scheme in available_schemes():
+        for scheme in chapter_schemes():
             seeds = {r.seed for r in runs if r.kind == kind and r.label == scheme}
             assert seeds == set(preset["seeds"]), (kind, scheme)
     assert len(preset["seeds"]) >= 3
@@ -244,13 +244,13 @@ def test_the_grid_holds_every_registered_scheme():
     assert {r.lr for r in runs if r.kind == "probe"} == {preset["probe_lr"]}
     sweep = study_grid.sweep_runs()
     assert {(r.scheme, r.lr) for r in sweep} == {
-        (s, lr) for s in available_schemes() for lr in preset["learning_rates"]
+        (s, lr) for s in chapter_schemes() for lr in preset["learning_rates"]
     }
 
 
 def test_the_grid_holds_the_variants_of_todays_models():
     preset = study_grid.PRESETS["cpu"]
-    lrs = dict.fromkeys(available_schemes(), 3e-3)
+    lrs = dict.fromkeys(chapter_schemes(), 3e-3)
     lrs["rope"] = 1e-2
     runs = study_grid.main_runs(lrs)
     variants = study_grid.pattern_variants(64, preset["model"]["num_layers"])
@@ -299,7 +299,7 @@ def tiny_preset(monkeypatch, tmp_path):
         },
     )
     monkeypatch.setattr(study, "results_dir", lambda name="x": tmp_path / name)
-    monkeypatch.setattr(study_grid, "available_schemes", lambda: ("none", "alibi"))
+    monkeypatch.setattr(study_grid, "chapter_schemes", lambda: ("none", "alibi"))
     monkeypatch.setattr(study_grid, "bucket_variants", lambda L: {})
     monkeypatch.setattr(study_grid, "pattern_variants", lambda L, n: {})
     monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path / "weights"))
@@ -344,7 +344,7 @@ def test_the_stored_study_covers_the_current_grid():
     assert len(records) == len(study.grid())
     df = study.load_results()
     lm = df[(df["kind"] == "lm") & (df["train_length"] == 64)]
-    for scheme in available_schemes():
+    for scheme in chapter_schemes():
         got = lm[lm["scheme"] == scheme]
         assert set(got["seed"]) >= {0, 1, 2}, scheme
         assert got["eval_length"].max() >= 8 * 64 or scheme == "learned", scheme

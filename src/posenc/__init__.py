@@ -28,10 +28,13 @@ from . import (  # noqa: E402, F401
     sinusoidal,
     xpos,
 )
+# study conditions only (PositionalScheme.study_only), registered after the chapters'
+from . import fire, kernels  # noqa: E402, F401
 from .schemes import (  # noqa: E402
     PositionalScheme,
     available_schemes,
     build_scheme,
+    chapter_schemes,
     register_scheme,
 )
 from ._versions import ensure_installed  # noqa: E402
@@ -60,6 +63,7 @@ __all__ = [
     "apply_xpos",
     "available_schemes",
     "build_scheme",
+    "chapter_schemes",
     "check_scaling",
     "compute_inv_freq",
     "ensure_installed",

@@ -41,6 +41,9 @@ scheme's declaration names exactly the methods it overrides.
 The base class is the identity at every point, which is exactly the scheme ``"none"``.
 Schemes are registered by name with :func:`register_scheme` and built by name with
 :func:`build_scheme`; the model, the experiments and the benchmarks only ever use names.
+A 1-D scheme may be a condition of the study only (:attr:`PositionalScheme.study_only`,
+FIRE and Kerple): the tests check it like every other, but the chapters' runs
+(:func:`chapter_schemes`) leave it out.
 Names live in a namespace (:data:`NAMESPACES`): ``"1d"`` (the default) for schemes of
 sequence positions, ``"2d"`` for the tiny ViT's schemes of (row, column) positions
 (:mod:`posenc.layers.vit`), which the language model's runs do not iterate, and
@@ -134,6 +137,12 @@ class PositionalScheme(nn.Module):
     #: shape :class:`~posenc.layers.attention.MultiHeadAttention` accepts, and the
     #: shape of its inside: (B′, 1, T) for 1, (B′, 1, T, A) for A > 1.
     position_axes: ClassVar[int] = 1
+    #: True for a 1-D scheme that is a condition of the study only, not a run of the
+    #: chapters (FIRE, Kerple): :func:`available_schemes` still lists it, so every
+    #: registry-wide test checks it, but :func:`chapter_schemes` leaves it out, and so
+    #: do :func:`posenc.experiments.book_runs` and the study grid's default conditions
+    #: (it joins the study only when added to the grid explicitly).
+    study_only: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs) -> None:
         """Check the declared ``hooks`` and derive ``needs_attention_weights``.
@@ -444,13 +453,27 @@ def _check_namespace(namespace: object) -> str:
 
 def available_schemes(namespace: str = DEFAULT_NAMESPACE) -> tuple[str, ...]:
     """The scheme names registered in ``namespace`` (default ``"1d"``: the schemes
-    the book's runs, the study grid and the positions-contract tests iterate), in
-    registration order.
+    the registry-wide and positions-contract tests iterate), in registration order,
+    study-only schemes included (the chapters' runs and the study grid iterate
+    :func:`chapter_schemes`).
 
     Raises:
         ValueError: unknown namespace.
     """
     return tuple(_REGISTRY[_check_namespace(namespace)])
+
+
+def chapter_schemes(namespace: str = DEFAULT_NAMESPACE) -> tuple[str, ...]:
+    """The registered names whose class is not :attr:`~PositionalScheme.study_only`,
+    in registration order: the schemes the chapters train and list
+    (:func:`posenc.experiments.book_runs`, the book's loops over schemes). Registering
+    a study-only scheme leaves this list, and so every chapter's runs, unchanged.
+
+    Raises:
+        ValueError: unknown namespace.
+    """
+    registry = _REGISTRY[_check_namespace(namespace)]
+    return tuple(name for name, cls in registry.items() if not cls.study_only)
 
 
 def get_scheme_class(

@@ -77,10 +77,10 @@ def decode_benchmark(
         ``GB_per_s`` and ``floor_ms`` (bytes / ``bandwidth``, the copy bandwidth,
         when given).
     """
-    from ..schemes import available_schemes
+    from ..schemes import chapter_schemes
 
     device = torch.device(device)
-    schemes = list(available_schemes() if schemes is None else schemes)
+    schemes = list(chapter_schemes() if schemes is None else schemes)
     rows = []
     for scheme in schemes:
         model = decode_model(scheme, max_len=max(prompt_lens) + 1, device=device)

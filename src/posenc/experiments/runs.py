@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from .._checks import check_int
 from ..layers.data import Corpus
 from ..layers.model import ModelConfig
-from ..schemes import available_schemes
+from ..schemes import chapter_schemes
 from ..layers.train import (
     TrainConfig,
     TrainResult,
@@ -409,10 +409,11 @@ def book_runs(scale: str = "small") -> list[BookRun]:
     inside a cell.
 
     Every registered scheme is trained with its defaults, so a scheme added later joins
-    by itself.
+    by itself, unless it is a study condition only (:attr:`posenc.schemes.
+    PositionalScheme.study_only`: :func:`posenc.schemes.chapter_schemes`).
     """
     train_len = experiment_config("none", scale=scale)[1].seq_len
-    runs = [BookRun.of(name) for name in available_schemes()]
+    runs = [BookRun.of(name) for name in chapter_schemes()]
     runs.append(BookRun.of("learned", init_std=1.0, label="learned, init std 1.0"))
     # T5's and DeBERTa's bucket ranges no larger than the training length (every bucket
     # trained), beside their defaults (128 > 2L leaves the outer buckets untrained)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from ..layers.data import Corpus, load_stdlib_corpus
 from ..layers.model import LAYER_PRESETS, ModelConfig, layer_preset
 from .probes import PROBES
-from ..schemes import available_schemes
+from ..schemes import chapter_schemes
 from ..layers.train import TrainConfig, cache_key, scheme_arguments
 
 #: Bump when a change to the study's code (not to a scheme) changes its results.
@@ -221,9 +221,11 @@ def study_corpus() -> Corpus:
 
 def _schemes(train_length: int, num_layers: int) -> dict[str, tuple]:
     """``{label: (scheme, options, layers, kinds)}``: every registered scheme at its
-    defaults, the bucket variants (language modelling only), then the variants of
-    today's models (:func:`pattern_variants`)."""
-    out = {name: (name, {}, None, ("lm", "probe")) for name in available_schemes()}
+    defaults but the study-only ones (:func:`posenc.schemes.chapter_schemes`; they
+    join the grid by entries of their own once their runs are stored), the bucket
+    variants (language modelling only), then the variants of today's models
+    (:func:`pattern_variants`)."""
+    out = {name: (name, {}, None, ("lm", "probe")) for name in chapter_schemes()}
     for label, v in bucket_variants(train_length).items():
         out[label] = (v["scheme"], v["options"], None, ("lm",))
     for label, v in pattern_variants(train_length, num_layers).items():
@@ -232,12 +234,13 @@ def _schemes(train_length: int, num_layers: int) -> dict[str, tuple]:
 
 
 def sweep_runs(preset: str = "cpu") -> list[StudyRun]:
-    """Phase 1: each registered scheme, seed 0, at each learning rate of the preset."""
+    """Phase 1: each registered scheme but the study-only ones, seed 0, at each
+    learning rate of the preset."""
     p = PRESETS[preset]
     L = p["train"]["seq_len"]
     return [
         StudyRun("sweep", name, name, "{}", 0, L, lr, preset)
-        for name in available_schemes()
+        for name in chapter_schemes()
         for lr in p["learning_rates"]
     ]
 

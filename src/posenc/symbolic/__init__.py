@@ -5,7 +5,8 @@ same objects and compare them with the torch code (the derivation-to-code bridge
 Nothing here is numerical. One module per subject: :mod:`.attention` (why order
 matters, absolute scores, masked softmax), :mod:`.sinusoidal`, :mod:`.relative`
 (Transformer-XL, T5, Shaw et al.), :mod:`.rope` (RoPE, context extension, M-RoPE),
-:mod:`.remap` (SelfExtend, Dual Chunk Attention, ReRoPE) and :mod:`.temperature`
+:mod:`.remap` (SelfExtend, Dual Chunk Attention, ReRoPE), :mod:`.kernels` (Kerple's
+kernels, FIRE's normalised input) and :mod:`.temperature`
 (attention temperature: YaRN's m², attention fading, SSMax, Llama 4's τ); every name
 is also importable from here, as ``symbolic.<name>``.
 """
@@ -82,6 +83,7 @@ from .rope import (
     rotation_matrix,
     yarn_correction_dim_expr,
 )
+from .kernels import fire_interpolation, kerple_log_kernel, kerple_power_kernel
 from .temperature import (
     llama4_temperature_blocks,
     softmax_max_weight,
@@ -90,6 +92,9 @@ from .temperature import (
 )
 
 __all__ = [
+    "fire_interpolation",
+    "kerple_log_kernel",
+    "kerple_power_kernel",
     "absolute_score_expansion",
     "AbsoluteScore",
     "angle_a",

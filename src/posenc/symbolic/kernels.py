@@ -1,0 +1,105 @@
+"""Kerple's kernels and FIRE's normalised input, derived with sympy (the biases
+themselves: :mod:`posenc.kernels`, :mod:`posenc.fire`).
+
+Every statement is general: the parameters and positions are symbols with only the
+assumptions the papers make (r₁, r₂, c > 0; 0 ≤ j ≤ i), and each inequality is reduced
+to an expression whose sign SymPy's assumptions decide, by writing free quantities as
+"bound + a non-negative symbol". Each function returns its claims as a dict of SymPy
+booleans that must all be ``True``; the tests also check them on numbers against the
+package's functions.
+
+A note on shape: Kerple's log *bias* −r₁·log(1 + r₂d) is convex in the distance d (it
+falls ever more slowly); the *penalty* r₁·log(1 + r₂d) it subtracts is the concave,
+increasing function. The power bias −r₁·d^{r₂} is convex for r₂ < 1, linear (ALiBi)
+at r₂ = 1 and concave for 1 < r₂ ≤ 2.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+
+def kerple_log_kernel() -> dict[str, sp.Basic]:
+    """b(d) = −r₁·log(1 + r₂·d), r₁, r₂ > 0, d ≥ 0 (Chi et al. 2022, §4):
+
+    * b(0) = 0: a token's bias to itself is nothing;
+    * b′(d) = −r₁r₂ / (1 + r₂d) < 0: the bias falls with the distance;
+    * b″(d) = r₁r₂² / (1 + r₂d)² > 0: convex (the penalty −b is concave);
+    * b(d) ≥ −r₁·r₂·d: it falls no faster than the line of slope r₁r₂ (an ALiBi
+      slope), from log(1 + x) ≤ x, proved by the difference's derivative.
+    """
+    r1, r2 = sp.symbols("r1 r2", positive=True)
+    d = sp.Symbol("d", nonnegative=True)
+    b = -r1 * sp.log(1 + r2 * d)
+    first, second = sp.diff(b, d), sp.diff(b, d, 2)
+    gap = b + r1 * r2 * d  # zero at d = 0, with derivative ≥ 0
+    return {
+        "b(0) = 0": sp.Eq(b.subs(d, 0), 0),
+        "b′(d) < 0": sp.simplify(first).is_negative,
+        "b″(d) > 0 (convex)": sp.simplify(second).is_positive,
+        "b(0) + r₁r₂·0 = 0": sp.Eq(gap.subs(d, 0), 0),
+        "(b + r₁r₂d)′ ≥ 0": sp.simplify(sp.together(sp.diff(gap, d))).is_nonnegative,
+    }
+
+
+def kerple_power_kernel() -> dict[str, sp.Basic]:
+    """b(d) = −r₁·d^{r₂}, r₁ > 0, 0 < r₂ ≤ 2, d > 0 (Chi et al. 2022, §4):
+
+    * b → 0 as d → 0⁺ (b(0) = 0 for r₂ > 0);
+    * b′(d) = −r₁r₂d^{r₂−1} < 0;
+    * b″(d) = −r₁r₂(r₂ − 1)d^{r₂−2}: > 0 for r₂ = 1/(1 + t) < 1, = 0 at r₂ = 1,
+      < 0 for r₂ = 1 + s > 1.
+    """
+    r1, r2, d, s, t = sp.symbols("r1 r2 d s t", positive=True)
+    b = -r1 * d**r2
+    second = sp.diff(b, d, 2)
+    return {
+        "b → 0 as d → 0⁺": sp.Eq(sp.limit(b, d, 0, "+"), 0),
+        "b′(d) < 0": sp.diff(b, d).is_negative,
+        "b″ > 0 for r₂ < 1": sp.simplify(second.subs(r2, 1 / (1 + t))).is_positive,
+        "b″ = 0 at r₂ = 1": sp.Eq(second.subs(r2, 1), 0),
+        "b″ < 0 for r₂ > 1": sp.simplify(second.subs(r2, 1 + s)).is_negative,
+    }
+
+
+def fire_interpolation() -> dict[str, sp.Basic]:
+    """FIRE's input x(i, j) = ψ(i − j) / ψ(max(L, i)), ψ(u) = log(1 + c·u), c > 0
+    (Li et al. 2024, §3.2), for causal pairs 0 ≤ j ≤ i:
+
+    * for i ≥ L (max(L, i) = i), write i = L + a and j = i − d with 0 ≤ d ≤ i: then
+      ψ(d) ≥ 0 and ψ(i) − ψ(d) = log((1 + c·i) / (1 + c·d)) = log(1 + c·j / (1 + c·d))
+      ≥ 0, so 0 ≤ x ≤ 1; x = 1 at j = 0 and x = 0 at j = i. Every query past the
+      threshold sees its keys inside [0, 1], at any length: the domain the MLP was
+      trained on.
+    * for i < L (write i = a, L = a + e, e > 0): ψ(L) − ψ(i) > 0, so x ≤ ψ(i)/ψ(L) < 1 —
+      short queries are not stretched to 1.
+    * at a fixed distance d > 0, x falls as i grows past L: ∂x/∂i < 0 (a longer
+      context compresses the same distance: the interpolation).
+    """
+    c, e = sp.symbols("c e", positive=True)
+    a, d, j = sp.symbols("a d j", nonnegative=True)
+
+    def psi(u):
+        return sp.log(1 + c * u)
+
+    i = d + j  # 0 ≤ j ≤ i  ⟺  i = d + j with d, j ≥ 0
+    ratio = sp.simplify((1 + c * i) / (1 + c * d))
+    i_sym = sp.Symbol("i", positive=True)
+    dpos = sp.Symbol("d", positive=True)
+    x_fixed_d = psi(dpos) / psi(i_sym)
+    slope = sp.diff(x_fixed_d, i_sym)
+    return {
+        "ψ(i − j) ≥ 0": psi(d).is_nonnegative,
+        "(1 + c·i)/(1 + c·(i − j)) = 1 + c·j/(1 + c·(i − j))": sp.Eq(
+            sp.simplify(ratio - (1 + c * j / (1 + c * d))), 0
+        ),
+        "ψ(i) − ψ(i − j) ≥ 0": sp.log(1 + c * j / (1 + c * d)).is_nonnegative,
+        "x = 1 at j = 0": sp.Eq(sp.simplify(psi(i) / psi(i)), 1),
+        "x = 0 at j = i": sp.Eq(psi(sp.Integer(0)), 0),
+        # i = a < L = a + e: ψ(L) − ψ(i) = log((1 + c(a + e)) / (1 + c·a))
+        "ψ(L) − ψ(i) > 0 for i < L": sp.Eq(
+            sp.simplify((1 + c * (a + e)) / (1 + c * a) - (1 + c * e / (1 + c * a))), 0
+        )
+        & sp.log(1 + c * e / (1 + c * a)).is_positive,
+        "∂x/∂i < 0 at a fixed d > 0": sp.simplify(slope).is_negative,
+    }
