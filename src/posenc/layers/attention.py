@@ -163,6 +163,10 @@ def attention_sdpa(
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
 
+#: The narrowest head FlexAttention's GPU kernel takes (:func:`attention_flex` pads).
+FLEX_MIN_HEAD_DIM = 16
+
+
 @functools.lru_cache(maxsize=None)
 def _compiled_flex_functions():
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -251,15 +255,26 @@ def attention_flex(
         NotImplementedError when q, k or v requires grad (even under
         ``torch.no_grad``), and a ``score_mod`` that captures a tensor requiring grad
         fails to compile (InductorError); use it there for inference, under
-        ``torch.no_grad``, and train on SDPA or a GPU.
+        ``torch.no_grad``, and train on SDPA or a GPU. Off the CPU, heads narrower
+        than :data:`FLEX_MIN_HEAD_DIM` are padded with zero features (the GPU kernel
+        refuses them) and the output cut back to d_v.
     """
     flex_attention, _ = _compiled_flex_functions()
     block_mask = flex_block_mask(
         q.shape[-2], k.shape[-2], causal, str(q.device), window, chunk
     )
-    return flex_attention(
-        q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale
+    width = FLEX_MIN_HEAD_DIM
+    if q.device.type == "cpu" or min(q.shape[-1], v.shape[-1]) >= width:
+        return flex_attention(
+            q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale
+        )
+    # zero features change no q·k; the zero columns of v are cut from the output
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    q, k, v_wide = (F.pad(t, (0, max(0, width - t.shape[-1]))) for t in (q, k, v))
+    out = flex_attention(
+        q, k, v_wide, score_mod=score_mod, block_mask=block_mask, scale=scale
     )
+    return out[..., : v.shape[-1]]
 
 
 def _check_bias(bias: torch.Tensor, scores_shape: torch.Size, scheme: str) -> None:
@@ -331,9 +346,8 @@ def check_impl(
 
 
 def _check_attend_impl(impl, scheme, *, sink, need_weights) -> str:
-    """:func:`check_impl` for an attention-level method (hook ``"attend"``): its own
-    naive reference (``"reference"``, which gives the weights) or its fast path
-    (``"sdpa"``); no FlexAttention form and no sink logits."""
+    """:func:`check_impl` for an ``"attend"`` method: its naive reference (which gives
+    the weights) or its fast path ("sdpa"); no FlexAttention, no sink logits."""
     if impl == "auto":
         return "reference" if need_weights else "sdpa"
     if impl == "flex" or sink:
@@ -343,10 +357,7 @@ def _check_attend_impl(impl, scheme, *, sink, need_weights) -> str:
             f", sink={sink}"
         )
     if impl == "sdpa" and need_weights:
-        raise ValueError(
-            "impl='sdpa' cannot return attention weights: need_weights=True; use "
-            "impl='reference' or 'auto'"
-        )
+        raise ValueError("impl='sdpa' cannot return attention weights; use 'reference'")
     return impl
 
 
