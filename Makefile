@@ -79,7 +79,8 @@ slides: $(STAMP) $(ASSETS)
 test: pytest prepare study-check notebooks clean-env-tests strict-book slides site-tests
 
 # The study tier (book/design.md): the multi-seed length-generalization study (posenc.experiments.study), the
-# real model's long-context runs (posenc.experiments.pretrained_study) and the tiny ViT's digits runs
+# real model's long-context runs (posenc.experiments.pretrained_study; its attention-level methods and
+# passkey probe, posenc.experiments.remap_study: 5 min on an H200) and the tiny ViT's digits runs
 # (posenc.experiments.vit_study), too long for every build (about 2.5 h, 50 min and 5 min on 2 cores), stored in
 # src/posenc/results/ with their provenance.
 # `make study` computes what is missing (resumable, one file per run); the book build fails when
@@ -89,17 +90,20 @@ test: pytest prepare study-check notebooks clean-env-tests strict-book slides si
 study: $(STAMP)
 	$(BIN)/python -m posenc.experiments.study --preset cpu
 	$(BIN)/python -m posenc.experiments.pretrained_study
+	$(BIN)/python -m posenc.experiments.remap_study
 	$(BIN)/python -m posenc.experiments.vit_study
 
 study-verify: $(STAMP)
 	$(BIN)/python -m posenc.experiments.study --verify --preset cpu
 	$(BIN)/python -m posenc.experiments.pretrained_study --verify
+	$(BIN)/python -m posenc.experiments.remap_study --verify
 	$(BIN)/python -m posenc.experiments.vit_study --verify
 
 # ... and the shipped weights: rope and alibi retrained from scratch (posenc.book.prepare --check)
 study-check: $(STAMP)
 	$(BIN)/python -m posenc.experiments.study --check --preset cpu
 	$(BIN)/python -m posenc.experiments.pretrained_study --check
+	$(BIN)/python -m posenc.experiments.remap_study --check
 	$(BIN)/python -m posenc.experiments.vit_study --check
 	$(BIN)/python -m posenc.book.prepare --check
 

@@ -66,3 +66,19 @@ def test_the_study_path_on_smollm2(smollm2):
         acting = rs.method_losses(model, ids, "self_extend_check")  # W = 256 < 300
     assert (inside - own).abs().max().item() < 2e-3
     assert (acting[256:] - own[256:]).abs().max().item() > 1e-3
+
+
+def test_the_stored_study_covers_its_grid_and_reads_as_tables():
+    """The stored runs (computed on a GPU, the check run on the CPU) cover the grid; the
+    tables read them: nine methods, two texts, two ranges; five keys per depth."""
+    records = rs.load_records()
+    assert len(records) == len(rs.grid())
+    ext = rs.extension_table()
+    assert ext.shape == (len(ps.methods()) + 3, 4) and bool((ext > 1).all().all())
+    # the stored frequency runs are the ones the real-model chapter quotes
+    df = ps.load_real_model_results()
+    assert ext.loc["yarn", ("prose", "[L, 2L)")] == ps.range_perplexity(
+        df, text="prose", method="yarn", start=8192, stop=16384)
+    keys = rs.passkey_table()
+    assert set(keys["keys"]) == {rs.KEYS} and len(keys) == (len(ps.methods()) + 3) * len(rs.DEPTHS)
+    assert bool(((keys["min_p"] <= keys["mean_p"]) & (keys["mean_p"] <= keys["max_p"])).all())

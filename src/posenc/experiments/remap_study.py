@@ -16,9 +16,11 @@ Two experiments, each run one forward pass of T tokens:
 
 One 16K pass takes minutes on a CPU (an attention-level method several times a plain
 pass), so the results are stored, one JSON file per run, in
-``src/posenc/results/smollm2_remap/`` with their provenance;
-``python -m posenc.experiments.remap_study`` computes what is missing (resumable), and
-``--check`` reruns :data:`CHECK_RUNS` (1,024 tokens) from scratch.
+``src/posenc/results/smollm2_remap/`` with their provenance (the device among it: the
+stored 16K runs were computed on one H200 in 262 s, ``--device cuda``; the check run
+on a CPU). ``python -m posenc.experiments.remap_study`` computes what is missing
+(resumable), ``--verify`` fails when the stored files do not cover the grid, and
+``--check`` reruns :data:`CHECK_RUNS` (1,024 tokens) from scratch on the CPU.
 """
 
 from __future__ import annotations
@@ -246,8 +248,16 @@ def execute(run: RemapRun, model, tokenizer, cache: dict | None = None) -> dict:
             "transformers": version("transformers"),
             "tokens_fingerprint": pretrained.fingerprint(ids),
             "seconds": round(seconds, 1),
+            "device": _device_name(model),
         },
     }
+
+
+def _device_name(model) -> str:
+    device = next(model.parameters()).device
+    if device.type == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(device)}, torch {torch.__version__}"
+    return f"{device.type}, torch {torch.__version__}"
 
 
 COMMAND = "python -m posenc.experiments.remap_study"
@@ -257,9 +267,11 @@ def _folder():
     return store.results_dir(NAME)
 
 
-def run_study(*, threads: int | None = None, limit: int | None = None) -> int:
+def run_study(
+    *, threads: int | None = None, limit: int | None = None, device: str = "cpu"
+) -> int:
     """Compute the missing runs in grid order (resumable: one file each), at most
-    ``limit`` of them; returns how many were computed."""
+    ``limit`` of them, with the model on ``device``; returns how many were computed."""
     if threads:
         torch.set_num_threads(threads)
     folder = _folder()
@@ -270,7 +282,7 @@ def run_study(*, threads: int | None = None, limit: int | None = None) -> int:
     missing = missing[:limit] if limit is not None else missing
     if not missing:
         return 0
-    model, tokenizer = pretrained.load("smollm2")
+    model, tokenizer = pretrained.load("smollm2", device=device)
     cache: dict = {}
     for i, run in enumerate(missing, 1):
         record = execute(run, model, tokenizer, cache)
@@ -283,20 +295,156 @@ def run_study(*, threads: int | None = None, limit: int | None = None) -> int:
     return len(missing)
 
 
+def load_records(*, strict: bool = True) -> list[dict]:
+    """The stored records of the current grid.
+
+    Raises:
+        posenc.experiments.store.StaleResultsError: with ``strict``, when a run of the
+            grid has no stored file; the message names the runs and the command.
+    """
+    return store.grid_records(
+        grid(),
+        store.read_records(_folder()) if _folder().exists() else {},
+        key=RemapRun.key_hash,
+        label=lambda r: r.label,
+        strict=strict,
+        study="real-model remapping study",
+        command=COMMAND,
+        where=_folder(),
+    )
+
+
+def extension_table(*, strict: bool = True):
+    """Perplexity of SmolLM2 at 2L by position range, text and method: the stored
+    attention-level runs here beside the frequency methods of
+    :mod:`posenc.experiments.pretrained_study`.
+
+    Returns:
+        A DataFrame indexed by method, columns ``(text, range)`` with ranges
+        ``"[0, L)"`` and ``"[L, 2L)"``, L = 8,192.
+    """
+    import pandas as pd
+
+    half = LENGTH // 2
+    stored = ps.load_real_model_results(strict=strict)
+    rows = {}
+    for record in load_records(strict=strict):
+        c = record["config"]
+        if c["experiment"] == "extension":
+            for b, value in enumerate(record["results"]["bucket_loss"]):
+                row = (c["text"], b * ps.BUCKET, value)
+                rows.setdefault(c["method"], []).append(row)
+    mine = pd.DataFrame(
+        [
+            {"experiment": "extension", "text": t, "tokens": LENGTH, "chunk": 0,
+             "method": m, "position": p, "loss": v}
+            for m, values in rows.items() for t, p, v in values
+        ]
+    )
+    both = pd.concat([stored, mine], ignore_index=True)
+    table = {
+        method: {
+            (text, label): ps.range_perplexity(
+                both, text=text, method=method, start=start, stop=stop
+            )
+            for text in pretrained.TEXTS
+            for label, start, stop in (("[0, L)", 0, half), ("[L, 2L)", half, LENGTH))
+        }
+        for method in (*ps.methods(), *attention_methods())
+    }
+    return pd.DataFrame.from_dict(table, orient="index")
+
+
+def passkey_table(*, strict: bool = True):
+    """The passkey probe: per method and depth, the mean over the keys of the
+    probability of the whole answer (its tokens forced) and the smallest and largest.
+
+    Returns:
+        A long DataFrame: ``method, depth, mean_p, min_p, max_p, keys``.
+    """
+    import math
+
+    import pandas as pd
+
+    groups: dict = {}
+    for record in load_records(strict=strict):
+        c = record["config"]
+        if c["experiment"] == "passkey":
+            p = math.exp(record["results"]["answer_logprob"])
+            groups.setdefault((c["method"], c["depth"]), []).append(p)
+    return pd.DataFrame(
+        [
+            {"method": m, "depth": d, "mean_p": sum(v) / len(v), "min_p": min(v),
+             "max_p": max(v), "keys": len(v)}
+            for (m, d), v in groups.items()
+        ]
+    )
+
+
+def reproduce(model=None, tokenizer=None) -> list[dict]:
+    """Rerun :data:`CHECK_RUNS` from scratch on the CPU and compare every bucket with
+    the stored value (:data:`CHECK_TOLERANCE` nats)."""
+    stored = store.read_records(_folder())
+    if model is None:
+        model, tokenizer = pretrained.load("smollm2")
+    rows = []
+    for run in CHECK_RUNS:
+        record = stored[run.key_hash()]
+        fresh = execute(run, model, tokenizer)
+        diff = max(
+            abs(a - b)
+            for a, b in zip(
+                fresh["results"]["bucket_loss"],
+                record["results"]["bucket_loss"],
+                strict=True,
+            )
+        )
+        ok = diff <= CHECK_TOLERANCE
+        rows.append({"run": run.label, "difference": diff, "ok": ok})
+    return rows
+
+
+def _check() -> int:
+    start = time.perf_counter()
+    rows = reproduce()
+    for r in rows:
+        print(
+            f"{'reproduced' if r['ok'] else 'NOT REPRODUCED'}: {r['run']}, largest "
+            f"difference {r['difference']:.2e} nats"
+        )
+    print(f"checked in {time.perf_counter() - start:.0f} s")
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m posenc.experiments.remap_study [--limit N] [--threads N]``: compute
-    the missing runs (``--list`` lists the grid with what is stored)."""
+    """``python -m posenc.experiments.remap_study``: compute the missing runs
+    (``--device cuda`` for a GPU, ``--limit N``), or ``--list``, ``--verify`` or
+    ``--check`` them (:mod:`posenc.experiments.store`)."""
     description = __doc__.split("\n\n")[0]
     parser = argparse.ArgumentParser(prog=COMMAND, description=description)
-    parser.add_argument("--list", action="store_true", help="list the grid")
+    store.add_arguments(parser, check="one 1024-token SelfExtend run on the CPU")
     parser.add_argument("--limit", type=int, default=None, help="at most N runs")
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
+    parser.add_argument("--device", default="cpu", help="where the model runs")
     args = parser.parse_args(argv)
     if args.list:
         stored = store.read_records(_folder()) if _folder().exists() else {}
         store.print_listing(grid(), stored, RemapRun.key_hash, lambda r: r.label)
         return 0
-    computed = run_study(threads=args.threads, limit=args.limit)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    status = store.verify_or_check(
+        args,
+        load_records,
+        lambda records: (
+            f"the stored remapping study covers its grid: {len(records)} runs, "
+            f"{sum(r['provenance']['seconds'] for r in records):.0f} s when computed"
+        ),
+        _check,
+    )
+    if status is not None:
+        return status
+    computed = run_study(threads=args.threads, limit=args.limit, device=args.device)
     print(f"computed {computed} run(s); results in {_folder()}")
     return 0
 
