@@ -118,7 +118,7 @@ def test_bias_paths_agree(scheme, monkeypatch):
     import posenc.layers.attention
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    monkeypatch.setattr(posenc.layers.attention, "_compiled_flex_functions", lambda: (flex_attention, create_block_mask))
+    monkeypatch.setattr(posenc.layers.flex, "_compiled_flex_functions", lambda: (flex_attention, create_block_mask))
     posenc.layers.attention.flex_block_mask.cache_clear()
     module, q, k, v, pos = bench.bias_inputs(scheme, batch=1, num_heads=2, seq_len=24, head_dim=8)
     plain_module = bench.bias_inputs("none", batch=1, num_heads=2, seq_len=24, head_dim=8)[0]

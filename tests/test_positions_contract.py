@@ -71,7 +71,7 @@ def uncompiled_flex_for_covered_schemes(request, monkeypatch):
         import posenc.layers.attention
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-        monkeypatch.setattr(posenc.layers.attention, "_compiled_flex_functions",
+        monkeypatch.setattr(posenc.layers.flex, "_compiled_flex_functions",
                             lambda: (flex_attention, create_block_mask))
         posenc.layers.attention.flex_block_mask.cache_clear()
         yield

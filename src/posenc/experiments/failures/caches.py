@@ -32,6 +32,7 @@ from ...layers.pretrained import (
 )
 from ...rope import apply_rope
 from ...scaling import rope_inv_freq
+from ...utils import cpu_float64
 
 
 def _frequencies(model, scaling: dict, seq_len: int):
@@ -279,8 +280,8 @@ def double_rotation_failure(model, ids, *, sink_tokens: int, window: int):
                 model, sink_tokens=sink_tokens, window=window)),
     }
     return pd.DataFrame([
-        {"way": way, "loss_filling": float(x[:capacity].double().mean()),
-         "loss_streaming": float(x[capacity:].double().mean()),
-         "loss": float(x.double().mean())}
+        {"way": way, "loss_filling": float(cpu_float64(x[:capacity]).mean()),
+         "loss_streaming": float(cpu_float64(x[capacity:]).mean()),
+         "loss": float(cpu_float64(x).mean())}
         for way, x in ways.items()
     ]).set_index("way")

@@ -343,7 +343,7 @@ def scaled_perplexities(
         rows.append(
             {
                 "scaling": name,
-                "perplexity": math.exp(float(cache[key].double().mean())),
+                "perplexity": math.exp(float(cpu_float64(cache[key]).mean())),
                 "max |Δθ|/θ": float(((inv_freq - plain).abs() / plain).max()),
                 "attention factor": attention,
             }

@@ -20,6 +20,7 @@ import torch
 
 from ...layers.pretrained import gguf_tensor, permute_qk_rows
 from ...layout import pair_permutation
+from ...utils import cpu_float64
 
 
 def wrong_load_rows_as_stored(model, rows: dict[tuple[int, str], torch.Tensor]) -> None:
@@ -109,8 +110,8 @@ def gguf_rows_without_permutation(model, ids: torch.Tensor, name: str = "smollm2
         [
             {
                 "weights": label,
-                "perplexity": math.exp(float(losses.double().mean())),
-                "agreement": float((predicted == reference).double().mean()),
+                "perplexity": math.exp(float(cpu_float64(losses).mean())),
+                "agreement": float(cpu_float64(predicted == reference).mean()),
                 "weights equal": equal,
             }
             for label, losses, predicted, equal in rows_out

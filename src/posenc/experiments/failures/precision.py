@@ -23,6 +23,7 @@ import torch
 
 from ...frequencies import compute_inv_freq
 from ...rope import rope_cos_sin, rotate_half
+from ...utils import cpu_float64
 
 
 def wrong_half_precision_angles(
@@ -65,7 +66,7 @@ WAYS = {
 def _angle_error(cos, sin, exact: torch.Tensor) -> torch.Tensor:
     """|angle − exact| wrapped to [0, π], float64 (T, r/2); π where the angle is not
     finite (float16 positions above 65504 are inf)."""
-    cos, sin = cos.double(), sin.double()
+    cos, sin = cpu_float64(cos), cpu_float64(sin)
     c, s = exact.cos(), exact.sin()
     error = torch.atan2(sin * c - cos * s, cos * c + sin * s)  # angle − exact
     return error.abs().nan_to_num(nan=math.pi)
@@ -106,7 +107,7 @@ def angle_errors(
 
     positions = torch.arange(max_position)
     exact_freq = compute_inv_freq(head_dim, base, dtype=torch.float64)
-    exact = positions.double()[:, None] * exact_freq  # (T, r/2)
+    exact = cpu_float64(positions)[:, None] * exact_freq  # (T, r/2)
     inv_freq = compute_inv_freq(head_dim, base)  # float32, the model's
     generator = torch.Generator().manual_seed(seed)
     q, k = torch.randn(2, head_dim, generator=generator, dtype=torch.float64)
@@ -129,7 +130,7 @@ def angle_errors(
             "max error at 8191": float(curves[name][8191]),
             f"max error at {max_position - 1}": float(curves[name][-1]),
         }
-        cos, sin = cos.double().nan_to_num(), sin.double().nan_to_num()
+        cos, sin = cpu_float64(cos).nan_to_num(), cpu_float64(sin).nan_to_num()
         for column, key_positions in keys.items():
             scores = _scores(q, k, cos, sin, key_positions)
             exact_column = exact_scores[column]
