@@ -43,6 +43,9 @@ from . import store
 NAME = "smollm2_remap"
 VERSION = 1
 LENGTH = 16384
+#: The passkey control's length, inside the trained 8,192: can the unscaled model
+#: retrieve the key at all when every distance is one it was trained on?
+CONTROL_LENGTH = 4096
 CHECK_TOLERANCE = ps.CHECK_TOLERANCE
 DEPTHS = (0.1, 0.5, 0.9)
 KEYS = 5
@@ -174,7 +177,8 @@ CHECK_RUNS = (RemapRun("check", "prose", 1024, "self_extend_check"),)
 
 def grid() -> list[RemapRun]:
     """Every run: the extension runs of the attention-level methods, then the passkey
-    probe for every method (frequency and attention-level)."""
+    probe for every method (frequency and attention-level) at 2L, then its control:
+    the unscaled model at :data:`CONTROL_LENGTH`."""
     runs = [
         RemapRun("extension", text, LENGTH, method)
         for method in attention_methods()
@@ -183,6 +187,11 @@ def grid() -> list[RemapRun]:
     runs += [
         RemapRun("passkey", "passkey", LENGTH, method, depth, key)
         for method in (*ps.methods(), *attention_methods())
+        for depth in DEPTHS
+        for key in range(KEYS)
+    ]
+    runs += [
+        RemapRun("passkey", "passkey", CONTROL_LENGTH, "none", depth, key)
         for depth in DEPTHS
         for key in range(KEYS)
     ]
@@ -356,11 +365,13 @@ def extension_table(*, strict: bool = True):
 
 
 def passkey_table(*, strict: bool = True):
-    """The passkey probe: per method and depth, the mean over the keys of the
+    """The passkey probe: per method, length and depth, the mean over the keys of the
     probability of the whole answer (its tokens forced) and the smallest and largest.
 
     Returns:
-        A long DataFrame: ``method, depth, mean_p, min_p, max_p, keys``.
+        A long DataFrame: ``method, tokens, depth, mean_p, min_p, max_p, keys``
+        (tokens :data:`LENGTH` for every method, :data:`CONTROL_LENGTH` for the
+        control).
     """
     import math
 
@@ -371,12 +382,12 @@ def passkey_table(*, strict: bool = True):
         c = record["config"]
         if c["experiment"] == "passkey":
             p = math.exp(record["results"]["answer_logprob"])
-            groups.setdefault((c["method"], c["depth"]), []).append(p)
+            groups.setdefault((c["method"], c["tokens"], c["depth"]), []).append(p)
     return pd.DataFrame(
         [
-            {"method": m, "depth": d, "mean_p": sum(v) / len(v), "min_p": min(v),
-             "max_p": max(v), "keys": len(v)}
-            for (m, d), v in groups.items()
+            {"method": m, "tokens": t, "depth": d, "mean_p": sum(v) / len(v),
+             "min_p": min(v), "max_p": max(v), "keys": len(v)}
+            for (m, t, d), v in groups.items()
         ]
     )
 

@@ -14,6 +14,7 @@ variable ``POSENC_SCALE``::
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, replace
 
@@ -317,6 +318,11 @@ def perplexity_table(
 #: layer (gpt-oss), for the streaming section of "Mixing layers".
 SINK_LABEL = "rope, sink logit"
 
+#: The label of the book's RoPE model trained with Scalable-Softmax (Nakanishi 2025) in
+#: every layer, s_h initialised to 1/ln L, for the remapping chapter's temperature
+#: section: SSMax's scale is learned, so it is shown on a model trained with it.
+SSMAX_LABEL = "rope, SSMax"
+
 #: The context-extension chapter extends the RoPE model this many times.
 CONTEXT_FACTOR = 4
 
@@ -425,6 +431,9 @@ def book_runs(scale: str = "small") -> list[BookRun]:
     num_layers = experiment_config("rope", scale=scale)[0].num_layers
     sink_layers = [{"sink": True}] * num_layers
     runs.append(BookRun.of("rope", layers=sink_layers, label=SINK_LABEL))
+    ssmax = {"type": "ssmax", "init": 1 / math.log(train_len)}
+    ssmax_layers = [{"query_temperature": ssmax}] * num_layers
+    runs.append(BookRun.of("rope", layers=ssmax_layers, label=SSMAX_LABEL))
     methods = scaling_methods(train_len, float(CONTEXT_FACTOR))
     # Dynamic NTK set to s = 4 runs at s' = 4·4 − 3 = 13 when fine-tuned at 4L; with
     # factor 1 it runs at s' = 4 there: the comparison at a matched effective factor.
