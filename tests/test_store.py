@@ -5,6 +5,7 @@ that the three studies share."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 
@@ -163,6 +164,7 @@ def test_the_command_line_plumbing(capsys):
         "posenc.experiments.study",
         "posenc.experiments.vit_study",
         "posenc.experiments.pretrained_study",
+        "posenc.experiments.remap_study",
         "posenc.book.prepare",
     ],
 )
@@ -181,3 +183,64 @@ def test_every_reproduction_check_names_its_sample_and_tolerance_alike(module):
     assert all(isinstance(t, float) and 0 < t < 0.1 for t in tolerances)
     for old in ("TOLERANCE", "CHECKS", "CHECK_SAMPLE", "REPRODUCE_TOLERANCE"):
         assert not hasattr(mod, old), f"{module}.{old}: the name is CHECK_*"
+
+
+def test_a_real_model_study_runs_the_protocol_in_one_place(tmp_path, monkeypatch, capsys):
+    """store.RealModelStudy, the runner of pretrained_study and remap_study, with a fake
+    model: compute what is missing (prune, limit, progress lines), the records and their
+    staleness, the check (tokens compared or not) and the command line."""
+    monkeypatch.setattr(store, "RESULTS_ROOT", tmp_path)
+    runs = ["a", "b", "c"]
+    loads = []
+
+    def execute(run, model, tokenizer, cache=None):
+        shift = model if run == "a" else 0.0
+        return {
+            "key": run,
+            "results": {"bucket_loss": [1.0 + shift, 2.0]},
+            "provenance": {"seconds": 2.0, "tokens_fingerprint": tokenizer},
+        }
+
+    def load_model(device=None):
+        loads.append(device)
+        return 0.0, "tokens"
+
+    study = store.RealModelStudy(
+        name="fake", grid=lambda: list(runs), key=str, execute=execute,
+        load_model=load_model, check_runs=("a",), tolerance=0.01,
+        command="python -m fake", study="fake study", label=str.upper,
+        progress=lambda record: f": {record['results']['bucket_loss'][1]:.1f}",
+    )
+    study.folder.mkdir()
+    (study.folder / "gone.json").write_text("{}\n")
+    assert study.compute_missing(limit=2, device="cuda") == 2 and loads == ["cuda"]
+    assert capsys.readouterr().out == "[1/2] A: 2.0 in 2 s\n[2/2] B: 2.0 in 2 s\n"
+    assert sorted(p.name for p in study.folder.iterdir()) == ["a.json", "b.json"]
+    with pytest.raises(store.StaleResultsError, match=r"1 of 3 runs .*\(C\).*python -m fake"):
+        study.records()
+    assert [r["key"] for r in study.records(strict=False)] == ["a", "b"]
+    assert study.main(["--verify"], description="d", check="c") == 1
+    assert "fake study is stale" in capsys.readouterr().err
+    assert study.main([], description="d", check="c") == 0 and loads == ["cuda", None]
+    assert capsys.readouterr().out.endswith(f"computed 1 run(s); results in {study.folder}\n")
+    assert study.main(["--verify"], description="d", check="c") == 0
+    assert capsys.readouterr().out == "the stored fake study covers its grid: 3 runs, 6 s when computed\n"
+
+    assert study.reproduce(2**-7, "tokens") == [{"run": "A", "difference": 2**-7, "ok": True}]
+    assert study.reproduce(0.5, "tokens")[0]["ok"] is False
+    other = dataclasses.replace(study, compare_tokens=True, title="fake")
+    assert other.reproduce(0.5, "other") == [
+        {"run": "A", "same_tokens": False, "difference": 0.5, "ok": True}
+    ]
+    monkeypatch.setattr(store.RealModelStudy, "reproduce", lambda self, **_: [
+        {"run": "A", "same_tokens": False, "difference": 0.5, "ok": True},
+        {"run": "B", "difference": 0.5, "ok": False},
+    ])
+    assert other.main(["--check"], description="d", check="c") == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "the stored fake covers its grid: 3 runs, 6 s when computed"
+    assert lines[1:3] == [
+        "reproduced: A, largest difference 5.00e-01 nats (other tokens: not compared)",
+        "NOT REPRODUCED: B, largest difference 5.00e-01 nats",
+    ]
+    assert lines[3].startswith("checked in ")

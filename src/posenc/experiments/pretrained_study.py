@@ -25,13 +25,12 @@ from scratch and requires their stored values back within :data:`CHECK_TOLERANCE
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
+import functools
 import hashlib
 import json
 import sys
 import time
-from pathlib import Path
 
 import torch
 
@@ -227,39 +226,33 @@ def execute(run: RealRun, model, tokenizer, cache: dict | None = None) -> dict:
 #: The command that computes the study, named by the staleness message.
 COMMAND = "python -m posenc.experiments.pretrained_study"
 
-
-def _folder() -> Path:
-    return store.results_dir(NAME)
-
-
-def _stored() -> dict[str, dict]:
-    return store.read_records(_folder())
+#: The stored study's runner (:class:`posenc.experiments.store.RealModelStudy`).
+STUDY = store.RealModelStudy(
+    name=NAME,
+    grid=grid,
+    key=RealRun.key,
+    execute=execute,
+    load_model=functools.partial(pretrained.load, "smollm2"),
+    check_runs=CHECK_RUNS,
+    tolerance=CHECK_TOLERANCE,
+    command=COMMAND,
+    study="real-model study",
+    progress=lambda record: f": loss {record['results']['mean_loss']:.3f}",
+    compare_tokens=True,
+)
 
 
 def run_study(*, threads: int | None = None) -> int:
     """Compute the missing runs (resumable: one file each) and delete files that left
-    the grid; returns how many were computed."""
-    if threads:
-        torch.set_num_threads(threads)
-    folder = _folder()
-    runs = grid()
-    if folder.exists():
-        store.prune(folder, {f"{r.key()}.json" for r in runs})
-    missing = store.missing_runs(runs, _stored(), RealRun.key)
-    if not missing:
-        return 0
-    model, tokenizer = pretrained.load("smollm2")
-    cache: dict = {}
-    for i, run in enumerate(missing, 1):
-        record = execute(run, model, tokenizer, cache)
-        store.write_json(folder / f"{run.key()}.json", record, indent=1)
-        print(
-            f"[{i}/{len(missing)}] {run.label}: loss "
-            f"{record['results']['mean_loss']:.3f} in "
-            f"{record['provenance']['seconds']:.0f} s",
-            flush=True,
-        )
-    return len(missing)
+    the grid (:meth:`posenc.experiments.store.RealModelStudy.compute_missing`).
+
+    Args:
+        threads: torch threads to use (default: leave torch's setting).
+
+    Returns:
+        How many runs were computed.
+    """
+    return STUDY.compute_missing(threads=threads)
 
 
 def load_records(*, strict: bool = True) -> list[dict]:
@@ -267,20 +260,10 @@ def load_records(*, strict: bool = True) -> list[dict]:
 
     Raises:
         posenc.experiments.store.StaleResultsError: with ``strict``, when a run of the
-        grid has no
-            stored file (a changed configuration, method or model version); the
-            message names the runs and the command.
+            grid has no stored file (a changed configuration, method or model
+            version); the message names the runs and the command.
     """
-    return store.grid_records(
-        grid(),
-        _stored(),
-        key=RealRun.key,
-        label=lambda r: r.label,
-        strict=strict,
-        study="real-model study",
-        command=COMMAND,
-        where=_folder(),
-    )
+    return STUDY.records(strict=strict)
 
 
 def load_real_model_results(*, strict: bool = True):
@@ -378,86 +361,30 @@ def reproduce(model=None, tokenizer=None, *, threads: int | None = None) -> list
         absolute difference of a bucket mean, nats) and ``ok`` (within
         :data:`CHECK_TOLERANCE`, or not comparable).
     """
-    if threads:
-        torch.set_num_threads(threads)
-    stored = _stored()
-    if model is None:
-        model, tokenizer = pretrained.load("smollm2")
-    rows = []
-    for run in CHECK_RUNS:
-        record = stored[run.key()]
-        fresh = execute(run, model, tokenizer)
-        same_text = (
-            fresh["provenance"]["tokens_fingerprint"]
-            == record["provenance"]["tokens_fingerprint"]
-        )
-        diff = max(
-            abs(a - b)
-            for a, b in zip(
-                fresh["results"]["bucket_loss"],
-                record["results"]["bucket_loss"],
-                strict=True,
-            )
-        )
-        rows.append(
-            {
-                "run": run.label,
-                "same_tokens": same_text,
-                "difference": diff,
-                "ok": (not same_text) or diff <= CHECK_TOLERANCE,
-            }
-        )
-    return rows
-
-
-def _check(threads: int | None) -> int:
-    start = time.perf_counter()
-    rows = reproduce(threads=threads)
-    for r in rows:
-        print(
-            f"{'reproduced' if r['ok'] else 'NOT REPRODUCED'}: {r['run']}, largest "
-            f"difference {r['difference']:.2e} nats"
-            + ("" if r["same_tokens"] else " (other tokens: not compared)")
-        )
-    print(f"checked in {time.perf_counter() - start:.0f} s")
-    return 0 if all(r["ok"] for r in rows) else 1
+    return STUDY.reproduce(model, tokenizer, threads=threads)
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m posenc.experiments.pretrained_study``: compute the stored study's
     missing runs, or ``--list``, ``--verify`` or ``--check`` it
     (:mod:`posenc.experiments.store`)."""
-    parser = argparse.ArgumentParser(
-        prog=COMMAND,
+    return STUDY.main(
+        argv,
         description=__doc__.split("\n\n")[0]
         + " Without options: compute the stored study's missing runs "
         "(src/posenc/results/smollm2/, make study).",
+        check="two 1024-token runs (no scaling, YaRN)",
+        options=[
+            (
+                "--threads",
+                {
+                    "type": int,
+                    "default": None,
+                    "help": "torch threads (default: torch's own setting)",
+                },
+            )
+        ],
     )
-    store.add_arguments(parser, check="two 1024-token runs (no scaling, YaRN)")
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="torch threads (default: torch's own setting)",
-    )
-    args = parser.parse_args(argv)
-    if args.list:
-        store.print_listing(grid(), _stored(), RealRun.key, lambda r: r.label)
-        return 0
-    status = store.verify_or_check(
-        args,
-        load_records,
-        lambda records: (
-            f"the stored real-model study covers its grid: {len(records)} runs, "
-            f"{sum(r['provenance']['seconds'] for r in records):.0f} s when computed"
-        ),
-        lambda: _check(args.threads),
-    )
-    if status is not None:
-        return status
-    computed = run_study(threads=args.threads)
-    print(f"computed {computed} run(s); results in {_folder()}")
-    return 0
 
 
 if __name__ == "__main__":

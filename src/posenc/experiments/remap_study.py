@@ -25,8 +25,8 @@ on a CPU). ``python -m posenc.experiments.remap_study`` computes what is missing
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
+import functools
 import hashlib
 import json
 import sys
@@ -271,37 +271,32 @@ def _device_name(model) -> str:
 
 COMMAND = "python -m posenc.experiments.remap_study"
 
-
-def _folder():
-    return store.results_dir(NAME)
+#: The stored study's runner (:class:`posenc.experiments.store.RealModelStudy`).
+STUDY = store.RealModelStudy(
+    name=NAME,
+    grid=grid,
+    key=RemapRun.key_hash,
+    execute=execute,
+    load_model=functools.partial(pretrained.load, "smollm2"),
+    check_runs=CHECK_RUNS,
+    tolerance=CHECK_TOLERANCE,
+    command=COMMAND,
+    study="real-model remapping study",
+    title="remapping study",
+)
 
 
 def run_study(
     *, threads: int | None = None, limit: int | None = None, device: str = "cpu"
 ) -> int:
     """Compute the missing runs in grid order (resumable: one file each), at most
-    ``limit`` of them, with the model on ``device``; returns how many were computed."""
-    if threads:
-        torch.set_num_threads(threads)
-    folder = _folder()
-    runs = grid()
-    if folder.exists():
-        store.prune(folder, {f"{r.key_hash()}.json" for r in runs})
-    missing = store.missing_runs(runs, store.read_records(folder), RemapRun.key_hash)
-    missing = missing[:limit] if limit is not None else missing
-    if not missing:
-        return 0
-    model, tokenizer = pretrained.load("smollm2", device=device)
-    cache: dict = {}
-    for i, run in enumerate(missing, 1):
-        record = execute(run, model, tokenizer, cache)
-        store.write_json(folder / f"{run.key_hash()}.json", record, indent=1)
-        print(
-            f"[{i}/{len(missing)}] {run.label} in "
-            f"{record['provenance']['seconds']:.0f} s",
-            flush=True,
-        )
-    return len(missing)
+    ``limit`` of them, with the model on ``device``
+    (:meth:`posenc.experiments.store.RealModelStudy.compute_missing`).
+
+    Returns:
+        How many runs were computed.
+    """
+    return STUDY.compute_missing(threads=threads, limit=limit, device=device)
 
 
 def load_records(*, strict: bool = True) -> list[dict]:
@@ -311,16 +306,7 @@ def load_records(*, strict: bool = True) -> list[dict]:
         posenc.experiments.store.StaleResultsError: with ``strict``, when a run of the
             grid has no stored file; the message names the runs and the command.
     """
-    return store.grid_records(
-        grid(),
-        store.read_records(_folder()) if _folder().exists() else {},
-        key=RemapRun.key_hash,
-        label=lambda r: r.label,
-        strict=strict,
-        study="real-model remapping study",
-        command=COMMAND,
-        where=_folder(),
-    )
+    return STUDY.records(strict=strict)
 
 
 def extension_table(*, strict: bool = True):
@@ -394,70 +380,29 @@ def passkey_table(*, strict: bool = True):
 
 def reproduce(model=None, tokenizer=None) -> list[dict]:
     """Rerun :data:`CHECK_RUNS` from scratch on the CPU and compare every bucket with
-    the stored value (:data:`CHECK_TOLERANCE` nats)."""
-    stored = store.read_records(_folder())
-    if model is None:
-        model, tokenizer = pretrained.load("smollm2")
-    rows = []
-    for run in CHECK_RUNS:
-        record = stored[run.key_hash()]
-        fresh = execute(run, model, tokenizer)
-        diff = max(
-            abs(a - b)
-            for a, b in zip(
-                fresh["results"]["bucket_loss"],
-                record["results"]["bucket_loss"],
-                strict=True,
-            )
-        )
-        ok = diff <= CHECK_TOLERANCE
-        rows.append({"run": run.label, "difference": diff, "ok": ok})
-    return rows
+    the stored value (:data:`CHECK_TOLERANCE` nats).
 
-
-def _check() -> int:
-    start = time.perf_counter()
-    rows = reproduce()
-    for r in rows:
-        print(
-            f"{'reproduced' if r['ok'] else 'NOT REPRODUCED'}: {r['run']}, largest "
-            f"difference {r['difference']:.2e} nats"
-        )
-    print(f"checked in {time.perf_counter() - start:.0f} s")
-    return 0 if all(r["ok"] for r in rows) else 1
+    Returns:
+        One dict per run: ``run``, ``difference`` (the largest absolute difference
+        of a bucket mean, nats) and ``ok``.
+    """
+    return STUDY.reproduce(model, tokenizer)
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m posenc.experiments.remap_study``: compute the missing runs
     (``--device cuda`` for a GPU, ``--limit N``), or ``--list``, ``--verify`` or
     ``--check`` them (:mod:`posenc.experiments.store`)."""
-    description = __doc__.split("\n\n")[0]
-    parser = argparse.ArgumentParser(prog=COMMAND, description=description)
-    store.add_arguments(parser, check="one 1024-token SelfExtend run on the CPU")
-    parser.add_argument("--limit", type=int, default=None, help="at most N runs")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads")
-    parser.add_argument("--device", default="cpu", help="where the model runs")
-    args = parser.parse_args(argv)
-    if args.list:
-        stored = store.read_records(_folder()) if _folder().exists() else {}
-        store.print_listing(grid(), stored, RemapRun.key_hash, lambda r: r.label)
-        return 0
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    status = store.verify_or_check(
-        args,
-        load_records,
-        lambda records: (
-            f"the stored remapping study covers its grid: {len(records)} runs, "
-            f"{sum(r['provenance']['seconds'] for r in records):.0f} s when computed"
-        ),
-        _check,
+    return STUDY.main(
+        argv,
+        description=__doc__.split("\n\n")[0],
+        check="one 1024-token SelfExtend run on the CPU",
+        options=[
+            ("--limit", {"type": int, "default": None, "help": "at most N runs"}),
+            ("--threads", {"type": int, "default": None, "help": "torch threads"}),
+            ("--device", {"default": "cpu", "help": "where the model runs"}),
+        ],
     )
-    if status is not None:
-        return status
-    computed = run_study(threads=args.threads, limit=args.limit, device=args.device)
-    print(f"computed {computed} run(s); results in {_folder()}")
-    return 0
 
 
 if __name__ == "__main__":

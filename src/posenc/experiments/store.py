@@ -25,6 +25,10 @@ follows one protocol, and this module is the one place that implements it:
 * **the command line**: ``--list``, ``--verify`` and ``--check``
   (:func:`add_arguments`, :func:`print_listing`, :func:`verify_or_check`).
 
+:class:`RealModelStudy` puts the whole protocol together for a study of a pretrained
+model run by run in this process (:mod:`posenc.experiments.pretrained_study`,
+:mod:`posenc.experiments.remap_study`): compute, records, the check and the command.
+
 What a run is, its key and its record are each study's own; nothing here imports a
 study.
 """
@@ -32,15 +36,18 @@ study.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import multiprocessing
 import os
 import platform
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Container, Iterable, Mapping
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from datetime import datetime, timezone
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -396,3 +403,229 @@ def verify_or_check(
         return 1
     print(summary(records))
     return check() if args.check else 0
+
+
+# --- a stored real-model study --------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RealModelStudy:
+    """A stored study of a pretrained model, one forward pass a run computed in this
+    process, one JSON file a run in :func:`results_dir` ``(name)``: the protocol above
+    put together (resume and prune, staleness, the check, the command line).
+
+    Attributes:
+        name: the study's folder name. grid: () -> the current runs, in order.
+        key: run -> its key (its file's name without ``.json``).
+        execute: ``(run, model, tokenizer, cache=None)`` -> its record (``results``
+            with ``bucket_loss`` for a check run; ``provenance`` with ``seconds``
+            and ``tokens_fingerprint``).
+        load_model: ``(device=None)`` -> ``(model, tokenizer)`` (None: the CPU).
+        check_runs: the runs ``--check`` recomputes. tolerance: nats, on every
+            bucket mean of a check run. command: what computes the study.
+        study: its name in the staleness message. title: its name in ``--verify``'s
+            summary ("" for ``study``). label: run -> its name in messages.
+        progress: record -> what a progress line says after the run's label.
+        compare_tokens: a check run measured on other tokens (another
+            ``tokens_fingerprint``) is reported, not compared.
+    """
+
+    name: str
+    grid: Callable[[], list]
+    key: Callable[[Any], str]
+    execute: Callable[..., dict]
+    load_model: Callable[..., tuple]
+    check_runs: tuple
+    tolerance: float
+    command: str
+    study: str
+    title: str = ""
+    label: Callable[[Any], str] = attrgetter("label")
+    progress: Callable[[dict], str] = lambda record: ""
+    compare_tokens: bool = False
+
+    @property
+    def folder(self) -> Path:
+        """The study's folder (:func:`results_dir`)."""
+        return results_dir(self.name)
+
+    def stored(self) -> dict[str, dict]:
+        """Every stored record, ``{key: record}`` (:func:`read_records`)."""
+        return read_records(self.folder)
+
+    def compute_missing(
+        self,
+        *,
+        threads: int | None = None,
+        limit: int | None = None,
+        device: str | None = None,
+    ) -> int:
+        """Compute the missing runs in grid order (resumable: one file each, written
+        as its run ends) after deleting the files that left the grid.
+
+        Args:
+            threads: torch threads (None: leave torch's setting). limit: at most
+                this many runs (None: all). device: where the model runs (None:
+                the CPU).
+
+        Returns:
+            How many runs were computed.
+        """
+        if threads:
+            torch.set_num_threads(threads)
+        folder = self.folder
+        runs = self.grid()
+        if folder.exists():
+            prune(folder, {f"{self.key(r)}.json" for r in runs})
+        missing = missing_runs(runs, self.stored(), self.key)
+        missing = missing[:limit] if limit is not None else missing
+        if not missing:
+            return 0
+        model, tokenizer = self.load_model(device=device)
+        cache: dict = {}
+        for i, run in enumerate(missing, 1):
+            record = self.execute(run, model, tokenizer, cache)
+            write_json(folder / f"{self.key(run)}.json", record, indent=1)
+            print(
+                f"[{i}/{len(missing)}] {self.label(run)}{self.progress(record)} in "
+                f"{record['provenance']['seconds']:.0f} s",
+                flush=True,
+            )
+        return len(missing)
+
+    def records(self, *, strict: bool = True) -> list[dict]:
+        """The stored records of the current grid, in its order (:func:`grid_records`).
+
+        Raises:
+            StaleResultsError: with ``strict``, a run of the grid has no stored file;
+                the message names the runs and the command.
+        """
+        return grid_records(
+            self.grid(),
+            self.stored(),
+            key=self.key,
+            label=self.label,
+            strict=strict,
+            study=self.study,
+            command=self.command,
+            where=self.folder,
+        )
+
+    def reproduce(
+        self, model=None, tokenizer=None, *, threads: int | None = None
+    ) -> list[dict]:
+        """Rerun the check runs from scratch and compare every bucket mean with the
+        stored one.
+
+        Args:
+            model, tokenizer: as ``load_model`` returns them (loaded on the CPU
+                when None). threads: torch threads (None: leave torch's setting).
+
+        Returns:
+            One dict per run: ``run`` (its label), with ``compare_tokens``
+            ``same_tokens``, then ``difference`` (the largest absolute difference
+            of a bucket mean, nats) and ``ok`` (within ``tolerance``, or measured
+            on other tokens).
+
+        Raises:
+            KeyError: a check run has no stored record.
+        """
+        if threads:
+            torch.set_num_threads(threads)
+        stored = self.stored()
+        if model is None:
+            model, tokenizer = self.load_model()
+        rows = []
+        for run in self.check_runs:
+            record = stored[self.key(run)]
+            fresh = self.execute(run, model, tokenizer)
+            diff = max(
+                abs(a - b)
+                for a, b in zip(
+                    fresh["results"]["bucket_loss"],
+                    record["results"]["bucket_loss"],
+                    strict=True,
+                )
+            )
+            row: dict = {"run": self.label(run)}
+            ok = diff <= self.tolerance
+            if self.compare_tokens:
+                row["same_tokens"] = (
+                    fresh["provenance"]["tokens_fingerprint"]
+                    == record["provenance"]["tokens_fingerprint"]
+                )
+                ok = (not row["same_tokens"]) or ok
+            rows.append({**row, "difference": diff, "ok": ok})
+        return rows
+
+    def check(self, *, threads: int | None = None) -> int:
+        """``--check``'s rerun: print a line per check run (``reproduced`` or ``NOT
+        REPRODUCED``, its largest difference) and the seconds taken.
+
+        Returns:
+            The exit status: 0 when every run is reproduced, else 1.
+        """
+        start = time.perf_counter()
+        rows = self.reproduce(threads=threads)
+        for r in rows:
+            other = not r.get("same_tokens", True)
+            print(
+                f"{'reproduced' if r['ok'] else 'NOT REPRODUCED'}: {r['run']}, largest "
+                f"difference {r['difference']:.2e} nats"
+                + (" (other tokens: not compared)" if other else "")
+            )
+        print(f"checked in {time.perf_counter() - start:.0f} s")
+        return 0 if all(r["ok"] for r in rows) else 1
+
+    def main(
+        self,
+        argv: list[str] | None,
+        *,
+        description: str,
+        check: str,
+        options: Iterable[tuple[str, dict]] = (),
+    ) -> int:
+        """The study's command: ``--list``, ``--verify`` or ``--check`` it, or
+        compute its missing runs (:meth:`compute_missing`).
+
+        Args:
+            argv: the arguments (None: ``sys.argv``'s). description: the help's.
+            check: what ``--check`` reruns, for its help. options: the command's own
+                options after the common ones, ``(flag, add_argument's keywords)``;
+                ``--threads``, ``--limit`` and ``--device`` reach the computation
+                (``--threads`` also the check).
+
+        Returns:
+            The exit status.
+        """
+        parser = argparse.ArgumentParser(prog=self.command, description=description)
+        add_arguments(parser, check=check)
+        for flag, settings in options:
+            parser.add_argument(flag, **settings)
+        args = parser.parse_args(argv)
+        if args.list:
+            print_listing(self.grid(), self.stored(), self.key, self.label)
+            return 0
+        threads = getattr(args, "threads", None)
+        if threads:
+            torch.set_num_threads(threads)
+        status = verify_or_check(
+            args,
+            self.records,
+            lambda records: (
+                f"the stored {self.title or self.study} covers its grid: "
+                f"{len(records)} runs, "
+                f"{sum(r['provenance']['seconds'] for r in records):.0f} s "
+                "when computed"
+            ),
+            lambda: self.check(threads=threads),
+        )
+        if status is not None:
+            return status
+        computed = self.compute_missing(
+            threads=threads,
+            limit=getattr(args, "limit", None),
+            device=getattr(args, "device", None),
+        )
+        print(f"computed {computed} run(s); results in {self.folder}")
+        return 0
