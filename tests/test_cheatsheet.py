@@ -64,6 +64,23 @@ def test_past_the_context_smollm2_values_are_the_stored_runs():
     on_page("perplexity 10.27 on its first 8,192 positions and 75.94 on the next 8,192",
             "the same positions score 9.66, and linear interpolation (`\"rope_type\": \"linear\"`, PI) 31.26",
             "On Python code the three are 61.69, 5.56 and 20.52")
+    # the remapping alternative: SelfExtend's stored runs and settings (posenc.experiments.remap_study)
+    from posenc.experiments import remap_study
+
+    remapped = remap_study.extension_table()
+    assert f"{remapped.loc['self_extend', ('prose', '[L, 2L)')]:.2f}" == "9.45"
+    assert f"{remapped.loc['self_extend', ('code', '[L, 2L)')]:.2f}" == "5.37"
+    settings = remap_study.attention_methods(L)["self_extend"]
+    assert (settings["group_size"], settings["window_size"]) == (4, 2048)
+    seconds = {}
+    for record in remap_study.load_records():
+        c = record["config"]
+        if c["experiment"] == "passkey" and c["tokens"] == remap_study.LENGTH:
+            seconds.setdefault(c["method"], []).append(record["provenance"]["seconds"])
+    work = (sum(seconds["self_extend"]) / len(seconds["self_extend"])) / (sum(seconds["none"]) / len(seconds["none"]))
+    assert f"{work:.1f}" == "1.6"
+    on_page("SelfExtend (`group_size` 4, `window_size` 2048, no training) scores 9.45 on prose and 5.37 on code, "
+            "at about 1.6 times the attention work")
     # inside the context: PI triples perplexity, the others cost at most 9 %
     inside = {m: ppl("prose", m, 0, L) / ppl("prose", "none", 0, L) for m in ("linear", "yarn", "ntk", "dynamic", "llama3")}
     assert f"{inside['linear']:.1f}" == "3.0"
