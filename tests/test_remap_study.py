@@ -27,9 +27,9 @@ def test_the_grid_is_unique_and_names_known_methods():
     runs = rs.grid()
     assert len({r.key_hash() for r in runs}) == len(runs)
     passkey = [r for r in runs if r.experiment == "passkey"]
-    controls = [r for r in passkey if r.tokens == rs.CONTROL_LENGTH]
-    assert rs.CONTROL_LENGTH <= 8192 and {r.method for r in controls} == {"none"}
-    assert len(passkey) == (len(ps.methods()) + 4) * len(rs.DEPTHS) * rs.KEYS
+    controls = [r for r in passkey if r.tokens in rs.CONTROL_LENGTHS]
+    assert max(rs.CONTROL_LENGTHS) <= 8192 and {r.method for r in controls} == {"none"}
+    assert len(passkey) == (len(ps.methods()) + 3 + len(rs.CONTROL_LENGTHS)) * len(rs.DEPTHS) * rs.KEYS
     with pytest.raises(ValueError, match="unknown method 'selfextend'"):
         rs.method_settings("selfextend")
 
@@ -82,6 +82,7 @@ def test_the_stored_study_covers_its_grid_and_reads_as_tables():
     assert ext.loc["yarn", ("prose", "[L, 2L)")] == ps.range_perplexity(
         df, text="prose", method="yarn", start=8192, stop=16384)
     keys = rs.passkey_table()
-    assert set(keys["keys"]) == {rs.KEYS} and len(keys) == (len(ps.methods()) + 4) * len(rs.DEPTHS)
-    assert set(keys.loc[keys["tokens"] == rs.CONTROL_LENGTH, "method"]) == {"none"}
+    assert set(keys["keys"]) == {rs.KEYS}
+    assert len(keys) == (len(ps.methods()) + 3 + len(rs.CONTROL_LENGTHS)) * len(rs.DEPTHS)
+    assert set(keys.loc[keys["tokens"].isin(rs.CONTROL_LENGTHS), "method"]) == {"none"}
     assert bool(((keys["min_p"] <= keys["mean_p"]) & (keys["mean_p"] <= keys["max_p"])).all())

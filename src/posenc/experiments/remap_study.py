@@ -43,9 +43,10 @@ from . import store
 NAME = "smollm2_remap"
 VERSION = 1
 LENGTH = 16384
-#: The passkey control's length, inside the trained 8,192: can the unscaled model
-#: retrieve the key at all when every distance is one it was trained on?
-CONTROL_LENGTH = 4096
+#: The passkey control's lengths, inside the trained 8,192: can the unscaled model
+#: retrieve the key at all when every distance is one it was trained on, and how much
+#: does a longer haystack cost it (L/2 and L)?
+CONTROL_LENGTHS = (4096, 8192)
 CHECK_TOLERANCE = ps.CHECK_TOLERANCE
 DEPTHS = (0.1, 0.5, 0.9)
 KEYS = 5
@@ -178,7 +179,7 @@ CHECK_RUNS = (RemapRun("check", "prose", 1024, "self_extend_check"),)
 def grid() -> list[RemapRun]:
     """Every run: the extension runs of the attention-level methods, then the passkey
     probe for every method (frequency and attention-level) at 2L, then its control:
-    the unscaled model at :data:`CONTROL_LENGTH`."""
+    the unscaled model at each of :data:`CONTROL_LENGTHS`."""
     runs = [
         RemapRun("extension", text, LENGTH, method)
         for method in attention_methods()
@@ -191,7 +192,8 @@ def grid() -> list[RemapRun]:
         for key in range(KEYS)
     ]
     runs += [
-        RemapRun("passkey", "passkey", CONTROL_LENGTH, "none", depth, key)
+        RemapRun("passkey", "passkey", tokens, "none", depth, key)
+        for tokens in CONTROL_LENGTHS
         for depth in DEPTHS
         for key in range(KEYS)
     ]
@@ -356,7 +358,7 @@ def passkey_table(*, strict: bool = True):
 
     Returns:
         A long DataFrame: ``method, tokens, depth, mean_p, min_p, max_p, keys``
-        (tokens :data:`LENGTH` for every method, :data:`CONTROL_LENGTH` for the
+        (tokens :data:`LENGTH` for every method, :data:`CONTROL_LENGTHS` for the
         control).
     """
     import math
