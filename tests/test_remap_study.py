@@ -86,3 +86,9 @@ def test_the_stored_study_covers_its_grid_and_reads_as_tables():
     assert len(keys) == (len(ps.methods()) + 3 + len(rs.CONTROL_LENGTHS)) * len(rs.DEPTHS)
     assert set(keys.loc[keys["tokens"].isin(rs.CONTROL_LENGTHS), "method"]) == {"none"}
     assert bool(((keys["min_p"] <= keys["mean_p"]) & (keys["mean_p"] <= keys["max_p"])).all())
+
+
+def test_relative_time_is_per_method_against_the_unscaled_pass():
+    relative, devices = rs.relative_time()
+    assert relative["none"] == 1.0 and set(relative) == set(ps.methods()) | set(rs.attention_methods())
+    assert len(devices) == 1  # every timed 2L pass on one device: the ratios compare like with like

@@ -352,6 +352,24 @@ def extension_table(*, strict: bool = True):
     return pd.DataFrame.from_dict(table, orient="index")
 
 
+def relative_time(*, strict: bool = True) -> tuple[dict[str, float], set[str]]:
+    """The seconds of a 2L passkey pass per method, as a mean over its stored runs,
+    relative to the unscaled model's, and the devices those runs were timed on.
+
+    Returns:
+        ``({method: mean seconds / unscaled mean seconds}, {device})``.
+    """
+    seconds: dict[str, list[float]] = {}
+    devices = set()
+    for record in load_records(strict=strict):
+        c = record["config"]
+        if c["experiment"] == "passkey" and c["tokens"] == LENGTH:
+            seconds.setdefault(c["method"], []).append(record["provenance"]["seconds"])
+            devices.add(record["provenance"]["device"])
+    base = sum(seconds["none"]) / len(seconds["none"])
+    return {m: sum(v) / len(v) / base for m, v in seconds.items()}, devices
+
+
 def passkey_table(*, strict: bool = True):
     """The passkey probe: per method, length and depth, the mean over the keys of the
     probability of the whole answer (its tokens forced) and the smallest and largest.
