@@ -1,9 +1,10 @@
 # The two entry points of the project. Each creates (or reuses) the local virtual environment .venv.
 #   make book   execute every chapter, build the site into _build/html/index.html and the lecture
 #               decks into _build/html/slides/
-#   make test   unit/property/parity tests, every notebook under nbval, a strict site build, the
-#               decks, every page and deck in headless Chromium, and every chapter run alone in a
-#               clean environment through its own install cell (the Colab path)
+#   make test   unit/property/parity tests, every chapter run alone under nbval in a clean
+#               environment through its own install cell (the Colab path) and the other notebooks
+#               under nbval, a strict site build, the decks, and every page and deck in headless
+#               Chromium
 
 PYTHON ?= python3
 VENV   := .venv
@@ -29,7 +30,7 @@ export POSENC_FIGURES := site
 VENDOR := book/_vendor
 ASSETS := $(VENDOR)/node_modules/.package-lock.json
 
-.PHONY: colab-times book prepare study study-verify study-check bench slides test pytest notebooks strict-book \
+.PHONY: colab-times book prepare study study-verify study-check bench slides test pytest notebooks page-notebooks strict-book \
 	site-tests clean-env-tests clean
 
 $(STAMP): requirements.txt pyproject.toml
@@ -74,9 +75,10 @@ book: prepare study-verify $(ASSETS)
 slides: $(STAMP) $(ASSETS)
 	$(BIN)/jupyter nbconvert --config book/_slides/nbconvert_config.py
 
-# clean-env-tests before strict-book: the chapters they execute fill the book's execution
-# cache, which the strict build then reads instead of executing every chapter a third time.
-test: pytest prepare study-check notebooks clean-env-tests strict-book slides site-tests
+# Each chapter executes once: clean-env-tests runs it under nbval on the Colab path, and the
+# outputs fill the book's execution cache, which the strict build then reads instead of
+# executing it again; page-notebooks puts the other notebooks under nbval.
+test: pytest prepare study-check clean-env-tests page-notebooks strict-book slides site-tests
 
 # The study tier (book/design.md): the multi-seed length-generalization study (posenc.experiments.study), the
 # real model's long-context runs (posenc.experiments.pretrained_study; its attention-level methods and
@@ -122,10 +124,17 @@ bench: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/python -m pytest tests/ -m "not site and not clean_env"
 
-# Two workers on the 2-core CI machine, one OpenMP thread each (above); the ten slowest cells are
-# listed at the end (each should take well under a minute: training happened in `prepare`).
+# Every notebook under nbval in this environment, for working on the book (make test runs the
+# chapters on the Colab path instead, under nbval too): two workers on the 2-core CI machine, one
+# OpenMP thread each (above); the ten slowest cells are listed at the end (each should take well
+# under a minute: training happened in `prepare`).
 notebooks: prepare
 	$(BIN)/python -m pytest --nbval-lax --nbval-current-env -n 2 --dist loadfile --durations=10 book/
+
+# The notebooks that are not chapters (the tour, the claims ledger) under nbval.
+page-notebooks: prepare
+	$(BIN)/python -m pytest --nbval-lax --nbval-current-env -n 2 --dist loadfile --durations=10 \
+	  $$($(BIN)/python tests/test_notebooks.py --pages)
 
 strict-book: prepare study-verify $(ASSETS)
 	$(BIN)/python -m posenc.book.execute
@@ -137,9 +146,10 @@ site-tests: $(STAMP)
 	$(call ensure,chromedriver,chromium-driver)
 	POSENC_REQUIRE_SITE=1 $(BIN)/python -m pytest tests/ -m site
 
-# Every chapter copied alone into an empty folder and run by a Python without posenc, so that its
-# install cell must install it — from this checkout (tests/test_clean_env.py). Each chapter
-# that passes also goes into the book's execution cache, for strict-book.
+# Every chapter copied alone into an empty folder and run under nbval by a Python without posenc,
+# so that its install cell must install it — from this checkout (tests/test_clean_env.py). Each
+# chapter that passes also goes into the book's execution cache, for strict-book; its five
+# slowest cells are in _build/colab-path/<chapter>.json.
 clean-env-tests: prepare
 	POSENC_FILL_BOOK_CACHE=1 $(BIN)/python -m pytest tests/ -m clean_env -n 2
 

@@ -22,11 +22,13 @@ from test_clean_env import MAX_SECONDS  # noqa: E402
 
 
 def table(records: list[dict]) -> str:
-    lines = ["| chapter | seconds | shipped weights read | training replaced (s) | downloaded |",
-             "|---|---:|---:|---:|---|"]
+    lines = ["| chapter | seconds | slowest cell (s) | shipped weights read | training replaced (s) | downloaded |",
+             "|---|---:|---|---:|---:|---|"]
     for r in records:
         downloaded = ", ".join(sorted({"/".join(Path(p).parts[:2]) for p in r["downloaded"]})) or "—"
-        lines.append(f"| {r['chapter']} | {r['seconds']:.0f} | {r['shipped_runs_read']} | "
+        slowest = r["slowest_cells"][0] if r["slowest_cells"] else {"cell": "—", "seconds": 0}
+        lines.append(f"| {r['chapter']} | {r['seconds']:.0f} | cell {slowest['cell']}: {slowest['seconds']:.0f} | "
+                     f"{r['shipped_runs_read']} | "
                      f"{r['training_seconds_replaced']:.0f} | {downloaded} |")
     return "\n".join(lines)
 

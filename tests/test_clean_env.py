@@ -1,4 +1,5 @@
-"""The Colab path: each chapter notebook is copied alone into an empty folder and executed by a
+"""The Colab path: each chapter notebook is copied alone into an empty folder and run under
+nbval (``--nbval-lax``: every cell must run without an error) on the kernel of a
 fresh Python that has only what a Colab runtime already has — torch, numpy, matplotlib, pip, the
 notebook kernel and what they need, taken from this project's environment (torch from its local
 wheel) — and not posenc, not transformers, not pandas, scipy or safetensors. The notebook's own
@@ -8,16 +9,17 @@ dependencies from the package index, and whatever else the chapter needs at the 
 versions (:func:`posenc.ensure_installed`). The cache is empty and ``POSENC_REQUIRE_CACHED`` is
 unset, as on Colab: every model a chapter loads must come from the weights that ship inside the
 package, and the test fails if anything was trained (a ``.pt`` file in the cache). Each
-chapter's wall time, what it installed and downloaded, and which shipped weights it read
-are printed and written to ``_build/colab-path/<chapter>.json``. The time is recorded, not
+chapter's wall time, its five slowest cells, what it installed and downloaded, and which
+shipped weights it read are written to ``_build/colab-path/<chapter>.json``. The time is recorded, not
 asserted (a timing inside a test measures the machine's load as much as the chapter):
 ``python tests/colab_times.py`` runs the chapters one at a time, prints the table and
 exits non-zero when one takes more than :data:`MAX_SECONDS`; run it on an idle machine.
 
-With ``POSENC_FILL_BOOK_CACHE=1`` (set by ``make clean-env-tests``), a chapter that
-passes is also stored, executed as myst-nb executes it, in the book's execution cache of
+This is the one execution of each chapter in ``make test``: nbval's outputs are kept
+(tests/nbval_record.py), and with ``POSENC_FILL_BOOK_CACHE=1`` (set by ``make
+clean-env-tests``) a chapter that passes is also stored in the book's execution cache of
 _config.yml (posenc.book.execute.store): the strict build of ``make test``, which runs after
-this, reads these outputs instead of executing every chapter a third time. Outputs are
+this, reads these outputs instead of executing every chapter again. Outputs are
 stored only for the chapter's current code, never over outputs already there.
 
 Run by ``make clean-env-tests`` (part of ``make test``).
@@ -38,9 +40,6 @@ from pathlib import Path
 import nbformat
 import pytest
 from filelock import FileLock
-from jupyter_client.kernelspec import KernelSpecManager
-from jupyter_client.manager import KernelManager
-from nbclient import NotebookClient
 
 from test_notebooks import chapters
 
@@ -154,6 +153,24 @@ def posenc_wheel(tmp_path_factory, request) -> Path:
     return wheel
 
 
+def nbval(notebook: Path, *, kernels: Path, record: Path) -> subprocess.CompletedProcess:
+    """Run ``notebook`` under nbval (``--nbval-lax``: every cell must run without an
+    error) on the kernel ``posenc-clean`` found under ``kernels/kernels/``, from this
+    environment's pytest, recording its outputs and cell times in ``record``
+    (tests/nbval_record.py)."""
+    env = {**os.environ, "JUPYTER_PATH": str(kernels), "POSENC_NBVAL_RECORD": str(record),
+           "PYTHONPATH": str(ROOT / "tests")}
+    ini = notebook.parent.parent / "nbval.ini"
+    ini.write_text("[pytest]\n")
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", str(ini), "--rootdir", str(notebook.parent),
+         "-p", "nbval_record", "-p", "no:cacheprovider", "--nbval-lax",
+         "--nbval-kernel-name", "posenc-clean", "--nbval-cell-timeout", "600",
+         "--nbval-kernel-startup-timeout", "180",
+         "-q", "--durations=5", str(notebook)],
+        cwd=notebook.parent, env=env, capture_output=True, text=True)
+
+
 def run(python: Path, code: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     return subprocess.run([python, "-c", code], cwd=cwd, env=env, capture_output=True, text=True)
@@ -189,7 +206,7 @@ def test_chapter_runs_alone_through_its_install_cell(tmp_path, chapter, posenc_w
     python = clean_python(tmp_path / "env")
     work = tmp_path / "work"
     work.mkdir()
-    notebook = work / Path(chapter).name
+    notebook = work / f"{Path(chapter).name}.ipynb"
     shutil.copy2(ROOT / f"{chapter}.ipynb", notebook)
     assert sorted(p.name for p in work.iterdir()) == [notebook.name]
 
@@ -208,15 +225,15 @@ def test_chapter_runs_alone_through_its_install_cell(tmp_path, chapter, posenc_w
         "env": {"POSENC_INSTALL_SOURCE": str(posenc_wheel), "PYTHONPATH": "", "POSENC_CACHE_DIR": str(cache),
                 "POSENC_REQUIRE_CACHED": ""},
     }))
-    manager = KernelManager(kernel_name="posenc-clean", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernels)]))
-    nb = nbformat.read(notebook, as_version=4)
     before = installed_packages(python, work)
     started = time.time()
     start = time.perf_counter()
-    # record_timing off, as myst-nb executes: the outputs may go into the book's cache
-    NotebookClient(nb, km=manager, timeout=600, record_timing=False,
-                   resources={"metadata": {"path": str(work)}}).execute()
+    ran = nbval(notebook, kernels=tmp_path, record=tmp_path / "executed")
     seconds = time.perf_counter() - start
+    assert ran.returncode == 0, f"{chapter} failed under nbval on the Colab path:\n{ran.stdout[-6000:]}"
+    nb = nbformat.read(tmp_path / "executed" / notebook.name, as_version=4)
+    cells = json.loads((tmp_path / "executed" / f"{notebook.stem}.cells.json").read_text())
+    assert len(cells) == sum(c.cell_type == "code" for c in nb.cells), "every code cell ran"
 
     where = run(python, "import posenc; print(posenc.__file__)", work)
     assert where.returncode == 0, where.stderr
@@ -233,7 +250,8 @@ def test_chapter_runs_alone_through_its_install_cell(tmp_path, chapter, posenc_w
               "installed": sorted(set(installed_packages(python, work)) - set(before)),
               "downloaded": sorted(str(p.relative_to(cache)) for p in cache.rglob("*") if p.is_file())
               if cache.exists() else [],
-              **shipped_weights_read(installed.parent / "weights", started)}
+              **shipped_weights_read(installed.parent / "weights", started),
+              "slowest_cells": [{"cell": n, "seconds": t} for n, t in sorted(cells, key=lambda c: -c[1])[:5]]}
     (times / f"{Path(chapter).name}.json").write_text(json.dumps(record, indent=1))
     print(f"{chapter}: {seconds:.0f} s on the Colab path")
 

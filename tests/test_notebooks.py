@@ -160,3 +160,12 @@ def test_chapters_need_only_what_posenc_installs(nb):
     assert not found, (f"{nb.stem} calls pandas' {sorted(set(found))}, whose dependency posenc "
                        "does not install (the clean-environment run fails on it); build the table "
                        "as text, as the other chapters do")
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--pages"]:
+        sys.exit("usage: python tests/test_notebooks.py --pages")
+    # the notebooks that are not chapters, as paths for nbval (make page-notebooks)
+    print(*(f"{f}.ipynb" for f in notebooks() if page_kind(f) != "chapter"))

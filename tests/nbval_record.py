@@ -1,0 +1,58 @@
+"""A pytest plugin for nbval runs that keeps what they executed: every cell's outputs, as
+nbval collected them from the kernel, written back into the notebook, which is saved
+when its kernel is done; and every cell's time.
+
+With it a chapter executes once in ``make test`` and serves three checks: nbval's
+(every cell runs without an error), the Colab path's (tests/test_clean_env.py runs
+nbval on a kernel of the clean environment), and the strict site build's (the saved
+notebook goes into the book's execution cache).
+
+Loaded with ``-p nbval_record`` (tests/ on ``PYTHONPATH``); writes to the folder named
+by ``POSENC_NBVAL_RECORD``: ``<notebook name>.ipynb`` (cells that did not run keep no
+outputs) and ``<notebook name>.cells.json`` (``[[cell number, seconds], ...]``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+
+_cells: dict = {}
+
+
+def _folder() -> Path:
+    return Path(os.environ["POSENC_NBVAL_RECORD"])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if call.when != "call" or not hasattr(item, "test_outputs"):
+        return
+    report = outcome.get_result()
+    notebook = item.parent
+    done = _cells.setdefault(notebook.nodeid, [])
+    if item.test_outputs is not None:
+        item.cell.outputs = item.test_outputs
+        item.cell.execution_count = len(done) + 1
+    done.append((item.cell_num, round(report.duration, 2)))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After the notebook's last cell: save it with its outputs, and the cells' times."""
+    if not hasattr(item, "test_outputs") or (
+        nextitem is not None and nextitem.parent is item.parent
+    ):
+        return
+    notebook = item.parent
+    name = Path(str(notebook.fspath)).stem
+    folder = _folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook.nb, str(folder / f"{name}.ipynb"))
+    times = _cells.get(notebook.nodeid, [])
+    (folder / f"{name}.cells.json").write_text(json.dumps(times))
