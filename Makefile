@@ -121,8 +121,9 @@ colab-times: prepare
 bench: $(STAMP)
 	$(BIN)/python -m posenc.experiments.bench --save
 
+# Two workers (pytest-xdist), as every pytest step of make test.
 pytest: $(STAMP)
-	$(BIN)/python -m pytest tests/ -m "not site and not clean_env"
+	$(BIN)/python -m pytest tests/ -m "not site and not clean_env" -n 2
 
 # Every notebook under nbval in this environment, for working on the book (make test runs the
 # chapters on the Colab path instead, under nbval too): two workers on the 2-core CI machine, one
@@ -131,10 +132,12 @@ pytest: $(STAMP)
 notebooks: prepare
 	$(BIN)/python -m pytest --nbval-lax --nbval-current-env -n 2 --dist loadfile --durations=10 book/
 
-# The notebooks that are not chapters (the tour, the claims ledger) under nbval.
+# The notebooks that are not chapters (the tour, the claims ledger) under nbval; their outputs
+# go into the book's execution cache too (tests/nbval_record.py).
 page-notebooks: prepare
-	$(BIN)/python -m pytest --nbval-lax --nbval-current-env -n 2 --dist loadfile --durations=10 \
-	  $$($(BIN)/python tests/test_notebooks.py --pages)
+	POSENC_NBVAL_RECORD=_build/nbval-pages POSENC_NBVAL_FILL_BOOK_CACHE=1 PYTHONPATH=tests \
+	  $(BIN)/python -m pytest -p nbval_record --nbval-lax --nbval-current-env -n 2 --dist loadfile \
+	  --durations=10 $$($(BIN)/python tests/test_notebooks.py --pages)
 
 strict-book: prepare study-verify $(ASSETS)
 	$(BIN)/python -m posenc.book.execute
@@ -144,7 +147,7 @@ strict-book: prepare study-verify $(ASSETS)
 site-tests: $(STAMP)
 	$(call ensure,chromium,chromium)
 	$(call ensure,chromedriver,chromium-driver)
-	POSENC_REQUIRE_SITE=1 $(BIN)/python -m pytest tests/ -m site
+	POSENC_REQUIRE_SITE=1 $(BIN)/python -m pytest tests/ -m site -n 2
 
 # Every chapter copied alone into an empty folder and run under nbval by a Python without posenc,
 # so that its install cell must install it — from this checkout (tests/test_clean_env.py). Each

@@ -9,7 +9,9 @@ notebook goes into the book's execution cache).
 
 Loaded with ``-p nbval_record`` (tests/ on ``PYTHONPATH``); writes to the folder named
 by ``POSENC_NBVAL_RECORD``: ``<notebook name>.ipynb`` (cells that did not run keep no
-outputs) and ``<notebook name>.cells.json`` (``[[cell number, seconds], ...]``).
+outputs) and ``<notebook name>.cells.json`` (``[[cell number, seconds], ...]``). With
+``POSENC_NBVAL_FILL_BOOK_CACHE=1`` (``make page-notebooks``), a notebook of this
+checkout whose cells all passed also goes into the book's execution cache.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import nbformat
 import pytest
 
 _cells: dict = {}
+_failed: dict = {}
 
 
 def _folder() -> Path:
@@ -40,6 +43,8 @@ def pytest_runtest_makereport(item, call):
         item.cell.outputs = item.test_outputs
         item.cell.execution_count = len(done) + 1
     done.append((item.cell_num, round(report.duration, 2)))
+    if report.failed:
+        _failed[notebook.nodeid] = True
 
 
 @pytest.hookimpl(trylast=True)
@@ -56,3 +61,9 @@ def pytest_runtest_teardown(item, nextitem):
     nbformat.write(notebook.nb, str(folder / f"{name}.ipynb"))
     times = _cells.get(notebook.nodeid, [])
     (folder / f"{name}.cells.json").write_text(json.dumps(times))
+    if os.environ.get("POSENC_NBVAL_FILL_BOOK_CACHE") == "1" and not _failed.get(notebook.nodeid):
+        # a notebook of this checkout that ran without an error, into the book's cache
+        from posenc.book.execute import book_config, store
+
+        store(notebook.nb, Path(str(notebook.fspath)), sum(t for _, t in times),
+              book_config()["cache"])
