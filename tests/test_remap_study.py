@@ -23,6 +23,13 @@ def test_the_settings_fit_the_trained_length():
     assert methods["rerope"]["window"] == 1024
 
 
+def test_the_4l_runs_are_yarn_set_for_4l():
+    assert rs.LONG_METHODS["yarn_4l"]["factor"] * 8192 == rs.LONG_LENGTH
+    assert rs.LONG_METHODS["yarn_4l"] == {**ps.methods()["yarn"], "factor": 4.0}  # only the factor differs
+    long_runs = [r for r in rs.grid() if r.tokens == rs.LONG_LENGTH]
+    assert {(r.method, r.text) for r in long_runs} == {(m, t) for m in rs.LONG_METHODS for t in pretrained.TEXTS}
+
+
 def test_the_grid_is_unique_and_names_known_methods():
     runs = rs.grid()
     assert len({r.key_hash() for r in runs}) == len(runs)
@@ -81,6 +88,9 @@ def test_the_stored_study_covers_its_grid_and_reads_as_tables():
     df = ps.load_real_model_results()
     assert ext.loc["yarn", ("prose", "[L, 2L)")] == ps.range_perplexity(
         df, text="prose", method="yarn", start=8192, stop=16384)
+    long = rs.long_table()
+    assert long.shape == (1, 8) and bool((long > 1).all().all())
+    assert list(long.columns.get_level_values(1)[:4]) == ["[0, L)", "[L, 2L)", "[2L, 3L)", "[3L, 4L)"]
     keys = rs.passkey_table()
     assert set(keys["keys"]) == {rs.KEYS}
     assert len(keys) == (len(ps.methods()) + 3 + len(rs.CONTROL_LENGTHS)) * len(rs.DEPTHS)

@@ -152,11 +152,18 @@ CHECK_RUNS = (
 
 def losses(model, ids: torch.Tensor, method: str) -> torch.Tensor:
     """Per-position losses (T − 1,) of one sequence with a scaling method (a key of
-    :func:`methods`): frequencies from :func:`posenc.scaling.rope_inv_freq` for the
-    sequence's length, rotated by :func:`posenc.layers.pretrained.swap_rope`."""
+    :func:`methods`): :func:`scaled_losses` with its ``rope_parameters``."""
+    return scaled_losses(model, ids, methods()[method])
+
+
+def scaled_losses(model, ids: torch.Tensor, scaling: dict | None) -> torch.Tensor:
+    """Per-position losses (T − 1,) of one sequence with the frequencies of
+    ``scaling`` (a ``rope_parameters`` dict, None for the model's own) from
+    :func:`posenc.scaling.rope_inv_freq` for the sequence's length, rotated by
+    :func:`posenc.layers.pretrained.swap_rope`."""
     config = pretrained.rope_config(model)
     inv_freq, factor = rope_inv_freq(
-        config["rotary_dim"], config["base"], methods()[method], seq_len=len(ids)
+        config["rotary_dim"], config["base"], scaling, seq_len=len(ids)
     )
     with pretrained.swap_rope(model, inv_freq=inv_freq, attention_factor=factor):
         return pretrained.token_losses(model, ids)
