@@ -8,7 +8,8 @@ Two experiments, each run one forward pass of T tokens:
 * ``"extension"``: T = 16,384 = 2L tokens of the prose and code texts of
   :mod:`posenc.experiments.pretrained_study` (the same tokens), the loss by position in
   buckets of :data:`posenc.experiments.pretrained_study.BUCKET`, for each method of
-  :func:`attention_methods` (the frequency methods' runs are already stored there);
+  :func:`attention_methods` (the frequency methods' runs are already stored there), and
+  T = 32,768 = 4L for YaRN set for 4L (:data:`LONG_METHODS`);
 * ``"passkey"``: a key of five digits hidden at a depth of 10 %, 50 % or 90 % of T
   tokens of filler (Mohtashami & Jaggi 2023, §4.2's format), then the question; scored
   by teacher forcing: the log-probability of the key's tokens after the question, and
