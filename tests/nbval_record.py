@@ -38,6 +38,11 @@ def pytest_runtest_makereport(item, call):
         return
     report = outcome.get_result()
     notebook = item.parent
+    if "language_info" not in notebook.nb.metadata and notebook.kernel is not None:
+        # what nbclient records from the kernel, and myst-nb reads to highlight the cells
+        # (ipython3, not python)
+        reply = notebook.kernel.kc.kernel_info(reply=True, timeout=60)
+        notebook.nb.metadata["language_info"] = reply["content"]["language_info"]
     done = _cells.setdefault(notebook.nodeid, [])
     if item.test_outputs is not None:
         item.cell.outputs = item.test_outputs

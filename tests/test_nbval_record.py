@@ -42,6 +42,8 @@ def test_outputs_and_times_are_recorded(tmp_path):
     assert code[1].outputs[0].data["text/markdown"] == "**bold**"
     assert code[2].outputs == []
     assert [c.execution_count for c in code] == [1, 2, 3]
+    # the kernel's language, as nbclient records it: myst-nb highlights the cells as ipython3
+    assert nb.metadata.language_info.pygments_lexer == "ipython3"
     times = json.loads((record / "tiny.cells.json").read_text())
     assert [n for n, _ in times] == [0, 1, 2] and all(t >= 0 for _, t in times)
 
