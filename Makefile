@@ -121,9 +121,10 @@ colab-times: prepare
 bench: $(STAMP)
 	$(BIN)/python -m posenc.experiments.bench --save
 
-# Two workers (pytest-xdist), as every pytest step of make test.
+# One process: with another busy process on a 2-core machine, two workers took longer (375 s
+# against 326 s for the units; 565 s against 520 s for the site tests).
 pytest: $(STAMP)
-	$(BIN)/python -m pytest tests/ -m "not site and not clean_env" -n 2
+	$(BIN)/python -m pytest tests/ -m "not site and not clean_env"
 
 # Every notebook under nbval in this environment, for working on the book (make test runs the
 # chapters on the Colab path instead, under nbval too): two workers on the 2-core CI machine, one
@@ -147,7 +148,7 @@ strict-book: prepare study-verify $(ASSETS)
 site-tests: $(STAMP)
 	$(call ensure,chromium,chromium)
 	$(call ensure,chromedriver,chromium-driver)
-	POSENC_REQUIRE_SITE=1 $(BIN)/python -m pytest tests/ -m site -n 2
+	POSENC_REQUIRE_SITE=1 $(BIN)/python -m pytest tests/ -m site
 
 # Every chapter copied alone into an empty folder and run under nbval by a Python without posenc,
 # so that its install cell must install it — from this checkout (tests/test_clean_env.py). Each
