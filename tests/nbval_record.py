@@ -38,9 +38,10 @@ def pytest_runtest_makereport(item, call):
         return
     report = outcome.get_result()
     notebook = item.parent
-    if "language_info" not in notebook.nb.metadata and notebook.kernel is not None:
-        # what nbclient records from the kernel, and myst-nb reads to highlight the cells
-        # (ipython3, not python)
+    if notebook.nodeid not in _cells and notebook.kernel is not None:
+        # the kernel's language_info, over whatever the stored notebook says (some say only
+        # {"name": "python"}), as nbclient records it: myst-nb reads it to highlight the
+        # cells (ipython3, not python)
         reply = notebook.kernel.kc.kernel_info(reply=True, timeout=60)
         notebook.nb.metadata["language_info"] = reply["content"]["language_info"]
     done = _cells.setdefault(notebook.nodeid, [])
