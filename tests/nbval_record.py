@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -73,3 +75,20 @@ def pytest_runtest_teardown(item, nextitem):
 
         store(notebook.nb, Path(str(notebook.fspath)), sum(t for _, t in times),
               book_config()["cache"])
+
+
+def run(notebook: Path, record: Path, *options: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``notebook`` alone under nbval (``--nbval-lax``: every cell must run without
+    an error) with this plugin, from this environment's pytest, recording into
+    ``record``; ``options`` choose the kernel (``--nbval-current-env`` or
+    ``--nbval-kernel-name NAME``). The run's own pytest configuration is empty, in the
+    folder above the notebook's."""
+    ini = notebook.parent.parent / "nbval.ini"
+    ini.write_text("[pytest]\n")
+    env = {**(env or os.environ), "POSENC_NBVAL_RECORD": str(record),
+           "PYTHONPATH": str(Path(__file__).resolve().parent)}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", str(ini), "--rootdir", str(notebook.parent),
+         "-p", "nbval_record", "-p", "no:cacheprovider", "--nbval-lax", *options,
+         "-q", "--durations=5", notebook.name],
+        cwd=notebook.parent, env=env, capture_output=True, text=True)

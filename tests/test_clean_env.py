@@ -41,6 +41,7 @@ import nbformat
 import pytest
 from filelock import FileLock
 
+import nbval_record
 from test_notebooks import chapters
 
 pytestmark = pytest.mark.clean_env
@@ -159,21 +160,12 @@ def posenc_wheel(tmp_path_factory, request) -> Path:
 
 
 def nbval(notebook: Path, *, kernels: Path, record: Path) -> subprocess.CompletedProcess:
-    """Run ``notebook`` under nbval (``--nbval-lax``: every cell must run without an
-    error) on the kernel ``posenc-clean`` found under ``kernels/kernels/``, from this
-    environment's pytest, recording its outputs and cell times in ``record``
-    (tests/nbval_record.py)."""
-    env = {**os.environ, "JUPYTER_PATH": str(kernels), "POSENC_NBVAL_RECORD": str(record),
-           "PYTHONPATH": str(ROOT / "tests")}
-    ini = notebook.parent.parent / "nbval.ini"
-    ini.write_text("[pytest]\n")
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-c", str(ini), "--rootdir", str(notebook.parent),
-         "-p", "nbval_record", "-p", "no:cacheprovider", "--nbval-lax",
-         "--nbval-kernel-name", "posenc-clean", "--nbval-cell-timeout", "600",
-         "--nbval-kernel-startup-timeout", "180",
-         "-q", "--durations=5", str(notebook)],
-        cwd=notebook.parent, env=env, capture_output=True, text=True)
+    """Run ``notebook`` under nbval on the kernel ``posenc-clean`` found under
+    ``kernels/kernels/``, recording its outputs and cell times in ``record``
+    (:func:`nbval_record.run`)."""
+    return nbval_record.run(notebook, record, "--nbval-kernel-name", "posenc-clean",
+                            "--nbval-cell-timeout", "600", "--nbval-kernel-startup-timeout", "180",
+                            env={**os.environ, "JUPYTER_PATH": str(kernels)})
 
 
 def run(python: Path, code: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -2,15 +2,12 @@
 a cell that raises (the Colab path's one execution of a chapter relies on both)."""
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
+import nbval_record
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
-
-TESTS = Path(__file__).resolve().parent
 
 
 def _nbval(tmp_path: Path, cells: list) -> tuple[subprocess.CompletedProcess, Path]:
@@ -19,14 +16,8 @@ def _nbval(tmp_path: Path, cells: list) -> tuple[subprocess.CompletedProcess, Pa
     # as some of the book's notebooks are stored: a language_info without its lexer
     nbformat.write(new_notebook(cells=cells, metadata={"language_info": {"name": "python"}}),
                    str(work / "tiny.ipynb"))
-    (tmp_path / "nbval.ini").write_text("[pytest]\n")
     record = tmp_path / "record"
-    env = {**os.environ, "POSENC_NBVAL_RECORD": str(record), "PYTHONPATH": str(TESTS)}
-    ran = subprocess.run(
-        [sys.executable, "-m", "pytest", "-c", str(tmp_path / "nbval.ini"), "--rootdir", str(work),
-         "-p", "nbval_record", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-current-env",
-         "-q", "tiny.ipynb"],
-        cwd=work, env=env, capture_output=True, text=True)
+    ran = nbval_record.run(work / "tiny.ipynb", record, "--nbval-current-env")
     return ran, record
 
 

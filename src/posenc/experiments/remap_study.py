@@ -88,13 +88,10 @@ def attention_methods(original: int = 8192) -> dict[str, dict]:
 #: 4L = 32,768 tokens: the best frequency method at 2L (lowest perplexity past L on the
 #: prose text, tied within 0.2 % with NTK on code: the chapter asserts both), set for
 #: 4L: YaRN with factor 4. (A remapping method at 4L is not among the stored runs: this
-#: package's exact SelfExtend took about 4 minutes per layer at 32K tokens on one core.)
+#: package's exact SelfExtend took about 4 minutes per layer at 32K tokens on one core,
+#: measured once while running, not stored.)
 LONG_LENGTH = 4 * 8192
-LONG_METHODS = {
-    "yarn_4l": {
-        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192,
-    },
-}
+LONG_METHODS = {"yarn_4l": {**ps.methods()["yarn"], "factor": 4.0}}
 
 #: The check's method: SelfExtend with a window short enough to act within 1,024 tokens.
 CHECK_METHOD = {"name": "self_extend", "group_size": 4, "window_size": 256}
@@ -222,7 +219,7 @@ def grid() -> list[RemapRun]:
 def method_losses(model, ids: torch.Tensor, method: str) -> torch.Tensor:
     """Per-position losses (T − 1,) of one sequence under a method: an attention-level
     method through :func:`posenc.layers.pretrained.swap_rope`'s ``attention``, a
-    frequency method as :func:`posenc.experiments.pretrained_study.losses`."""
+    frequency method as :func:`posenc.experiments.pretrained_study.scaled_losses`."""
     settings = method_settings(method)
     if settings is None or "name" not in settings:
         return ps.scaled_losses(model, ids, settings)
@@ -345,15 +342,25 @@ def extension_table(*, strict: bool = True):
     stored = ps.load_real_model_results(strict=strict)
     mine = _extension_frame(LENGTH, strict=strict)
     both = pd.concat([stored, mine], ignore_index=True)
+    ranges = (("[0, L)", 0, half), ("[L, 2L)", half, LENGTH))
+    return _range_table(both, (*ps.methods(), *attention_methods()), ranges)
+
+
+def _range_table(frame, methods, ranges):
+    """Perplexity per method (rows) and ``(text, range label)`` (columns) of the runs
+    in ``frame`` (:func:`posenc.experiments.pretrained_study.range_perplexity`);
+    ``ranges`` are ``(label, start, stop)``."""
+    import pandas as pd
+
     table = {
         method: {
             (text, label): ps.range_perplexity(
-                both, text=text, method=method, start=start, stop=stop
+                frame, text=text, method=method, start=start, stop=stop
             )
             for text in pretrained.TEXTS
-            for label, start, stop in (("[0, L)", 0, half), ("[L, 2L)", half, LENGTH))
+            for label, start, stop in ranges
         }
-        for method in (*ps.methods(), *attention_methods())
+        for method in methods
     }
     return pd.DataFrame.from_dict(table, orient="index")
 
@@ -382,23 +389,11 @@ def long_table(*, strict: bool = True):
         A DataFrame indexed by method, columns ``(text, range)`` with ranges
         ``"[0, L)"``, ``"[L, 2L)"``, ``"[2L, 3L)"`` and ``"[3L, 4L)"``, L = 8,192.
     """
-    import pandas as pd
-
-    frame = _extension_frame(LONG_LENGTH, strict=strict)
     L = LONG_LENGTH // 4
     labels = ("[0, L)", "[L, 2L)", "[2L, 3L)", "[3L, 4L)")
     ranges = [(label, k * L, (k + 1) * L) for k, label in enumerate(labels)]
-    table = {
-        method: {
-            (text, label): ps.range_perplexity(
-                frame, text=text, method=method, start=start, stop=stop
-            )
-            for text in pretrained.TEXTS
-            for label, start, stop in ranges
-        }
-        for method in LONG_METHODS
-    }
-    return pd.DataFrame.from_dict(table, orient="index")
+    frame = _extension_frame(LONG_LENGTH, strict=strict)
+    return _range_table(frame, LONG_METHODS, ranges)
 
 
 def relative_time(*, strict: bool = True) -> tuple[dict[str, float], set[str]]:
