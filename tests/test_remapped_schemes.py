@@ -121,6 +121,45 @@ def test_the_fast_path_in_small_blocks_equals_the_reference(monkeypatch):
         assert (fast - ref).abs().max().item() < 1e-12, name
 
 
+TWO_BANDS = {k: v for k, v in METHODS.items() if k != "dual_chunk"}
+TWO_BANDS["leaky_rerope"] = dict(window=6, scaling_factor=3.0)
+
+
+@pytest.mark.parametrize("rows", [7, 512])  # many band blocks, or one
+@pytest.mark.parametrize("name", TWO_BANDS)
+def test_the_fused_two_band_path_equals_the_reference_and_the_blocked_path(
+    monkeypatch, name, rows
+):
+    """SelfExtend and ReRoPE on a CPU prefill: the band in blocks and the far pairs as
+    one causal attention, merged by their log-sum-exps, give the reference's rows, in
+    float64 to rounding and in float32 as closely as the blocked path does."""
+    assert ra._CPU_FLASH is not None  # the pinned torch has the fused CPU kernel
+    monkeypatch.setattr(ra, "FUSED_BAND_ROWS", rows)
+    attend = getattr(ra, f"{name.removeprefix('leaky_')}_attention")
+    reference = getattr(ra, f"{name.removeprefix('leaky_')}_attention_reference")
+    g = torch.Generator().manual_seed(4)
+    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-5)):
+        q, k, v = (torch.randn(2, 3, T, 8, generator=g, dtype=dtype) for _ in range(3))
+        fast = attend(q, k, v, **TWO_BANDS[name])
+        ref, _ = reference(q, k, v, **TWO_BANDS[name])
+        assert (fast - ref).abs().max().item() < tol, (name, dtype)
+        shifted = attend(q, k, v, torch.arange(5, 5 + T), **TWO_BANDS[name])
+        ref, _ = reference(q, k, v, torch.arange(5, 5 + T), **TWO_BANDS[name])
+        assert (shifted - ref).abs().max().item() < tol, (name, dtype)
+    monkeypatch.setattr(ra, "_CPU_FLASH", None)  # the blocked path instead
+    assert (attend(q, k, v, **TWO_BANDS[name]) - fast).abs().max().item() < 1e-5
+
+
+def test_the_fused_path_applies_only_to_a_whole_prefill_on_consecutive_positions():
+    q = torch.zeros(1, 2, 6, 4)
+    assert ra._two_band_flash_applies(q, q, None)
+    assert ra._two_band_flash_applies(q, q, torch.arange(3, 9))
+    assert not ra._two_band_flash_applies(q, q, torch.tensor([0, 1, 2, 4, 5, 6]))
+    assert not ra._two_band_flash_applies(q[..., 4:, :], q, None)  # decoding
+    assert not ra._two_band_flash_applies(q[0], q[0], None)  # (H, T, d_h)
+    assert not ra._two_band_flash_applies(q.half(), q.half(), None)
+
+
 # --------------------------------------------------------------------------------------
 # Inside a transformers Llama (tiny, random weights; grouped-query attention)
 # --------------------------------------------------------------------------------------
