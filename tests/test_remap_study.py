@@ -23,9 +23,14 @@ def test_the_settings_fit_the_trained_length():
     assert methods["rerope"]["window"] == 1024
 
 
-def test_the_4l_runs_are_yarn_set_for_4l():
+def test_the_4l_runs_are_yarn_and_self_extend_set_for_4l():
     assert rs.LONG_METHODS["yarn_4l"]["factor"] * 8192 == rs.LONG_LENGTH
     assert rs.LONG_METHODS["yarn_4l"] == {**ps.methods()["yarn"], "factor": 4.0}  # only the factor differs
+    se_2l, se_4l = rs.attention_methods()["self_extend"], rs.LONG_METHODS["self_extend_4l"]
+    assert se_4l == {**se_2l, "group_size": 2 * se_2l["group_size"]}  # G doubles with T, W stays
+    settings = dict(group_size=se_4l["group_size"], window_size=se_4l["window_size"])
+    assert self_extend_max_length(8192, **settings) >= rs.LONG_LENGTH  # every distance below L
+    assert self_extend_max_length(8192, **{**settings, "group_size": se_2l["group_size"]}) < rs.LONG_LENGTH
     long_runs = [r for r in rs.grid() if r.tokens == rs.LONG_LENGTH]
     assert {(r.method, r.text) for r in long_runs} == {(m, t) for m in rs.LONG_METHODS for t in pretrained.TEXTS}
 
@@ -89,7 +94,7 @@ def test_the_stored_study_covers_its_grid_and_reads_as_tables():
     assert ext.loc["yarn", ("prose", "[L, 2L)")] == ps.range_perplexity(
         df, text="prose", method="yarn", start=8192, stop=16384)
     long = rs.long_table()
-    assert long.shape == (1, 8) and bool((long > 1).all().all())
+    assert long.shape == (len(rs.LONG_METHODS), 8) and bool((long > 1).all().all())
     assert list(long.columns.get_level_values(1)[:4]) == ["[0, L)", "[L, 2L)", "[2L, 3L)", "[3L, 4L)"]
     keys = rs.passkey_table()
     assert set(keys["keys"]) == {rs.KEYS}
