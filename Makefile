@@ -78,7 +78,12 @@ slides: $(STAMP) $(ASSETS)
 # Each chapter executes once: clean-env-tests runs it under nbval on the Colab path, and the
 # outputs fill the book's execution cache, which the strict build then reads instead of
 # executing it again; page-notebooks puts the other notebooks under nbval.
-test: pytest prepare study-check clean-env-tests page-notebooks strict-book slides site-tests
+# The four steps that do not need the site run side by side (each one's output printed whole
+# when it ends), then the strict build, the decks and the browser tests. On a 2-core machine
+# beside a busy process, one process at a time gets one core; five side by side get 5/3.
+test: $(STAMP)
+	$(MAKE) -j4 --output-sync=target pytest study-check clean-env-tests page-notebooks
+	$(MAKE) strict-book slides site-tests
 
 # The study tier (book/design.md): the multi-seed length-generalization study (posenc.experiments.study), the
 # real model's long-context runs (posenc.experiments.pretrained_study; its attention-level methods and
