@@ -20,9 +20,10 @@ pass), so the results are stored, one JSON file per run, in
 ``src/posenc/results/smollm2_remap/`` with their provenance (the device among it: the
 stored 16K runs were computed on one H200 in 262 s, ``--device cuda``; the 4L runs and
 the check run on a CPU, one thread each, SelfExtend's through the fused CPU path of
-:mod:`posenc.layers.remapped_attention`). ``python -m posenc.experiments.remap_study`` computes what is missing
-(resumable), ``--verify`` fails when the stored files do not cover the grid, and
-``--check`` reruns :data:`CHECK_RUNS` (1,024 tokens) from scratch on the CPU.
+:mod:`posenc.layers.remapped_attention`). ``python -m posenc.experiments.remap_study``
+computes what is missing (resumable), ``--verify`` fails when the stored files do not
+cover the grid, and ``--check`` reruns :data:`CHECK_RUNS` (1,024 tokens) from scratch
+on the CPU.
 """
 
 from __future__ import annotations
