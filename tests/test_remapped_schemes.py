@@ -158,6 +158,26 @@ def test_the_fused_path_applies_only_to_a_whole_prefill_on_consecutive_positions
     assert not ra._two_band_flash_applies(q[..., 4:, :], q, None)  # decoding
     assert not ra._two_band_flash_applies(q[0], q[0], None)  # (H, T, d_h)
     assert not ra._two_band_flash_applies(q.half(), q.half(), None)
+    grad = q.clone().requires_grad_()
+    assert not ra._two_band_flash_applies(grad, q, None, q)  # a gradient: the blocked path
+    with torch.no_grad():
+        assert ra._two_band_flash_applies(grad, q, None, q)
+
+
+@pytest.mark.parametrize("name", TWO_BANDS)
+def test_gradients_through_a_two_band_method_are_the_reference_ones(name):
+    """The fused kernel's backward ignores its log-sum-exp output, so with a gradient
+    the blocked path runs: the gradients are the naive reference's."""
+    attend = getattr(ra, f"{name.removeprefix('leaky_')}_attention")
+    reference = getattr(ra, f"{name.removeprefix('leaky_')}_attention_reference")
+    g = torch.Generator().manual_seed(5)
+    base = [torch.randn(1, 2, T, 8, generator=g, dtype=torch.float64) for _ in range(3)]
+    grads = []
+    for fn in (attend, lambda *a, **kw: reference(*a, **kw)[0]):
+        qkv = [x.clone().requires_grad_() for x in base]
+        (fn(*qkv, **TWO_BANDS[name]) * base[0]).sum().backward()
+        grads.append(torch.cat([x.grad.flatten() for x in qkv]))
+    assert (grads[0] - grads[1]).abs().max().item() < 1e-10
 
 
 # --------------------------------------------------------------------------------------

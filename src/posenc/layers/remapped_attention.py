@@ -26,8 +26,8 @@ intra/successive/inter chunk), each case with its own rotation of the query and 
   into the same softmax over both cases. Measured once (9 heads, d_h = 64, G = 8,
   W = 2048, one thread, a loaded machine): 4.1 s against the blocked path's 16.2 s
   at T = 8192; SmolLM2's 32K pass took 17 minutes where the blocked one was on course
-  for about 2 hours. Elsewhere (decoding, a GPU, gaps in the positions) the blocked
-  path runs.
+  for about 2 hours. Elsewhere (decoding, a GPU, gaps in the positions, gradients)
+  the blocked path runs.
 
 Shapes: q (B, H, T_q, d_h), k and v (B, H, T_k, d_h), the same H (no grouped-query
 sharing here; repeat the keys first), T_q ≤ T_k. ``positions`` are the keys' absolute
@@ -145,10 +145,16 @@ _CPU_FLASH = getattr(
 )
 
 
-def _two_band_flash_applies(q, k, positions) -> bool:
+def _two_band_flash_applies(q, k, positions, v=None) -> bool:
     """The fused path needs a CPU, (B, H, T, d_h) tensors, a whole prefill (T_q = T_k)
-    and consecutive positions, so that a pair's distance is its index difference."""
+    and consecutive positions, so that a pair's distance is its index difference; and
+    no gradient: the kernel's backward ignores its log-sum-exp output, which the merge
+    differentiates through (it would give wrong gradients, silently)."""
     if _CPU_FLASH is None or q.device.type != "cpu" or q.dim() != 4:
+        return False
+    if torch.is_grad_enabled() and any(
+        x is not None and x.requires_grad for x in (q, k, v)
+    ):
         return False
     if q.shape[-2] != k.shape[-2] or q.dtype not in (torch.float32, torch.float64):
         return False
@@ -203,7 +209,7 @@ def _two_bands_fused(q, k, v, cases, window, scale):
 
 
 def _two_bands(q, k, v, positions, cases, window, scale):
-    if _two_band_flash_applies(q, k, positions):
+    if _two_band_flash_applies(q, k, positions, v):
         return _two_bands_fused(q, k, v, cases, window, scale)
     return _cases_blocked(q, k, v, cases, scale)
 
