@@ -135,6 +135,9 @@ def test_the_fused_two_band_path_equals_the_reference_and_the_blocked_path(
     float64 to rounding and in float32 as closely as the blocked path does."""
     assert ra._CPU_FLASH is not None  # the pinned torch has the fused CPU kernel
     monkeypatch.setattr(ra, "FUSED_BAND_ROWS", rows)
+    fused_calls = []
+    fused = ra._two_bands_fused
+    monkeypatch.setattr(ra, "_two_bands_fused", lambda *a: fused_calls.append(1) or fused(*a))
     attend = getattr(ra, f"{name.removeprefix('leaky_')}_attention")
     reference = getattr(ra, f"{name.removeprefix('leaky_')}_attention_reference")
     g = torch.Generator().manual_seed(4)
@@ -146,6 +149,7 @@ def test_the_fused_two_band_path_equals_the_reference_and_the_blocked_path(
         shifted = attend(q, k, v, torch.arange(5, 5 + T), **TWO_BANDS[name])
         ref, _ = reference(q, k, v, torch.arange(5, 5 + T), **TWO_BANDS[name])
         assert (shifted - ref).abs().max().item() < tol, (name, dtype)
+    assert len(fused_calls) == 4  # two dtypes, two position sets: all through the fused path
     monkeypatch.setattr(ra, "_CPU_FLASH", None)  # the blocked path instead
     assert (attend(q, k, v, **TWO_BANDS[name]) - fast).abs().max().item() < 1e-5
 
@@ -158,16 +162,18 @@ def test_the_fused_path_applies_only_to_a_whole_prefill_on_consecutive_positions
     assert not ra._two_band_flash_applies(q[..., 4:, :], q, None)  # decoding
     assert not ra._two_band_flash_applies(q[0], q[0], None)  # (H, T, d_h)
     assert not ra._two_band_flash_applies(q.half(), q.half(), None)
-    grad = q.clone().requires_grad_()
-    assert not ra._two_band_flash_applies(grad, q, None, q)  # a gradient: the blocked path
-    with torch.no_grad():
-        assert ra._two_band_flash_applies(grad, q, None, q)
+    assert not ra._two_band_flash_applies(q, q.double(), None)  # mixed dtypes
+    assert not ra._two_band_flash_applies(q, q, None, torch.zeros(1, 2, 6, 8))  # d_v ≠ d_h
+    assert not ra._two_band_flash_applies(q, q[0], None, q[0])  # 3-D keys
+    assert not ra._two_band_flash_applies(q, q.expand(2, 2, 6, 4), None)  # batch mismatch
+    assert not ra._two_band_flash_applies(q[..., :0, :], q[..., :0, :], torch.arange(0))
 
 
 @pytest.mark.parametrize("name", TWO_BANDS)
 def test_gradients_through_a_two_band_method_are_the_reference_ones(name):
     """The fused kernel's backward ignores its log-sum-exp output, so with a gradient
-    the blocked path runs: the gradients are the naive reference's."""
+    (through q, k, v or a learned inv_freq) the blocked path runs: the gradients are
+    the naive reference's."""
     attend = getattr(ra, f"{name.removeprefix('leaky_')}_attention")
     reference = getattr(ra, f"{name.removeprefix('leaky_')}_attention_reference")
     g = torch.Generator().manual_seed(5)
@@ -177,6 +183,13 @@ def test_gradients_through_a_two_band_method_are_the_reference_ones(name):
         qkv = [x.clone().requires_grad_() for x in base]
         (fn(*qkv, **TWO_BANDS[name]) * base[0]).sum().backward()
         grads.append(torch.cat([x.grad.flatten() for x in qkv]))
+    assert (grads[0] - grads[1]).abs().max().item() < 1e-10
+    inv_freq = (1.0 / 10000 ** (torch.arange(0, 8, 2) / 8)).double().requires_grad_()
+    grads = []
+    for fn in (attend, lambda *a, **kw: reference(*a, **kw)[0]):
+        inv_freq.grad = None
+        (fn(*base, **TWO_BANDS[name], inv_freq=inv_freq) * base[0]).sum().backward()
+        grads.append(inv_freq.grad.clone())
     assert (grads[0] - grads[1]).abs().max().item() < 1e-10
 
 

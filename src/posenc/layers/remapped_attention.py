@@ -146,17 +146,18 @@ _CPU_FLASH = getattr(
 
 
 def _two_band_flash_applies(q, k, positions, v=None) -> bool:
-    """The fused path needs a CPU, (B, H, T, d_h) tensors, a whole prefill (T_q = T_k)
-    and consecutive positions, so that a pair's distance is its index difference; and
-    no gradient: the kernel's backward ignores its log-sum-exp output, which the merge
-    differentiates through (it would give wrong gradients, silently)."""
-    if _CPU_FLASH is None or q.device.type != "cpu" or q.dim() != 4:
+    """The fused path needs a CPU; q, k and v of one dtype and one (B, H, T, d_h) shape
+    (a whole prefill, T_q = T_k); consecutive positions, so that a pair's distance is
+    its index difference; and no gradient (:func:`_two_bands`)."""
+    v = k if v is None else v
+    if _CPU_FLASH is None or q.device.type != "cpu":
         return False
-    if torch.is_grad_enabled() and any(
-        x is not None and x.requires_grad for x in (q, k, v)
-    ):
+    if not q.dim() == k.dim() == v.dim() == 4 or not q.shape == k.shape == v.shape:
         return False
-    if q.shape[-2] != k.shape[-2] or q.dtype not in (torch.float32, torch.float64):
+    floats = (torch.float32, torch.float64)
+    if not q.dtype == k.dtype == v.dtype or q.dtype not in floats:
+        return False
+    if q.shape[-2] == 0:
         return False
     if positions is None:
         return True
@@ -209,7 +210,12 @@ def _two_bands_fused(q, k, v, cases, window, scale):
 
 
 def _two_bands(q, k, v, positions, cases, window, scale):
-    if _two_band_flash_applies(q, k, positions, v):
+    """The fused path where it applies and no gradient flows: its kernel's backward
+    ignores the log-sum-exp output that the merge differentiates through, which would
+    give wrong gradients silently. Otherwise the blocked path."""
+    rotated = [x for q_rot, k_rot, _ in cases for x in (q_rot, k_rot)]
+    grad = torch.is_grad_enabled() and any(x.requires_grad for x in (*rotated, v))
+    if not grad and _two_band_flash_applies(q, k, positions, v):
         return _two_bands_fused(q, k, v, cases, window, scale)
     return _cases_blocked(q, k, v, cases, scale)
 
