@@ -342,12 +342,17 @@ def test_every_link_to_a_section_resolves(browser, base_url, page):
         "return Array.from(document.querySelectorAll('article a[href*=\"#\"]')).map(a => a.href)"
         ".filter(h => h.startsWith(location.origin) && !h.includes('.slides.html'))")
     assert targets, f"{page}: no section links"
-    for url in sorted(set(targets)):
+    anchors: dict[str, set[str]] = {}
+    for url in targets:
         path, anchor = url.split("#", 1)
-        if not anchor:
-            continue
+        if anchor:
+            anchors.setdefault(path, set()).add(anchor)
+    # each linked page is opened once and every anchor named on it looked up there
+    for path, names in sorted(anchors.items()):
         browser.get(path)
-        assert browser.execute_script("return !!document.getElementById(arguments[0])", anchor), f"{page}: {url} has no #{anchor}"
+        missing = browser.execute_script(
+            "return arguments[0].filter(a => !document.getElementById(a))", sorted(names))
+        assert not missing, f"{page}: {path} has no element with the id(s) {missing}"
 
 
 # Pages with figures a reader moves (posenc.book.interactive), how many each has, and the most
