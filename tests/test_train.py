@@ -151,3 +151,80 @@ def test_require_cached_loads_or_refuses_to_train(corpus, monkeypatch):
     monkeypatch.setenv(REQUIRE_CACHED_ENV, "1")
     again = train(SMALL, QUICK, corpus, device="cpu", progress=False)
     assert again.from_cache and again.key == first.key
+
+
+# --- randomized positions (Ruoss et al., 2023) ----------------------------------------
+
+
+def test_random_positions_are_a_sorted_uniform_subset_of_the_range():
+    from posenc.layers.data import random_positions
+
+    g = torch.Generator().manual_seed(0)
+    T, N, draws = 8, 40, 4000
+    counts = torch.zeros(N)
+    for _ in range(draws):
+        p = random_positions(T, N, generator=g)
+        assert p.dtype == torch.int64 and p.shape == (T,)
+        assert bool((p[1:] > p[:-1]).all()), "strictly increasing: sorted and distinct"
+        assert 0 <= int(p.min()) and int(p.max()) < N
+        counts[p] += 1
+    # a uniform T-subset holds each position with probability T/N: every count is
+    # Binomial(draws, T/N), mean 800, sd 25.3; 5 sd either side
+    expected, sd = draws * T / N, math.sqrt(draws * T / N * (1 - T / N))
+    assert (counts - expected).abs().max() < 5 * sd, counts
+    # the range's ends are reached, and a full range gives 0 … T − 1
+    assert counts[0] > 0 and counts[-1] > 0
+    assert random_positions(5, 5, generator=g).tolist() == [0, 1, 2, 3, 4]
+
+
+def test_random_positions_reject_bad_sizes():
+    from posenc.layers.data import random_positions
+
+    with pytest.raises(ValueError, match=r"max_position must be >= seq_len \(9\)"):
+        random_positions(9, 8)
+    with pytest.raises(TypeError, match="seq_len must be an integer"):
+        random_positions(2.0, 8)
+    with pytest.raises(ValueError, match="seq_len must be >= 1"):
+        random_positions(0, 8)
+    with pytest.raises(ValueError, match=r"random_positions must be None or >= seq_len \(16\), got 8"):
+        TrainConfig(seq_len=16, random_positions=8)
+    with pytest.raises(TypeError, match="random_positions must be an integer"):
+        TrainConfig(seq_len=16, random_positions=32.0)
+
+
+def test_random_positions_leave_existing_keys_alone_and_enter_the_key_when_set(corpus):
+    from dataclasses import replace
+
+    assert "random_positions" not in QUICK.to_dict()
+    base = cache_key(SMALL, QUICK, corpus)
+    randomized = replace(QUICK, random_positions=64)
+    assert randomized.to_dict()["random_positions"] == 64
+    assert cache_key(SMALL, randomized, corpus) not in (base, cache_key(SMALL, replace(QUICK, random_positions=128), corpus))
+
+
+def test_training_feeds_the_drawn_positions_to_the_model(corpus, monkeypatch):
+    """With random_positions set, every step's forward pass gets a fresh sorted draw from
+    the range (not 0 … T − 1); without it, the model is called without positions."""
+    from dataclasses import replace
+
+    from posenc.layers.model import TinyLM
+
+    seen = []
+    forward = TinyLM.forward
+
+    def recording(self, tokens, positions=None, **kw):
+        seen.append(positions)
+        return forward(self, tokens, positions, **kw)
+
+    monkeypatch.setattr(TinyLM, "forward", recording)
+    cfg = replace(QUICK, steps=6, random_positions=200)
+    model_cfg = ModelConfig(scheme="rope", d_model=16, num_heads=2, num_layers=1)
+    train(model_cfg, cfg, corpus, device="cpu", progress=False, use_cache=False)
+    assert len(seen) == 6
+    for p in seen:
+        assert p.shape == (16,) and bool((p[1:] > p[:-1]).all()) and int(p.max()) < 200
+    assert int(max(p.max() for p in seen)) >= 16, "positions beyond the training length"
+    assert len({tuple(p.tolist()) for p in seen}) == 6, "a new draw every step"
+    seen.clear()
+    train(model_cfg, replace(QUICK, steps=2), corpus, device="cpu", progress=False, use_cache=False)
+    assert seen == [None, None]

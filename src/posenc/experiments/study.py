@@ -157,7 +157,7 @@ def execute(run: StudyRun, corpus: Corpus | None = None, *, device=None) -> dict
             "scheme_options": scheme_arguments(model_cfg),
             "head_dim": model_cfg.d_model // model_cfg.num_heads,
         },
-        "train": asdict(train_cfg),
+        "train": train_cfg.to_dict(),
         "evaluation": run.evaluation(),
         "corpus": [corpus.name, corpus.fingerprint],
         "parameters": TinyLM(model_cfg).num_parameters(),

@@ -257,7 +257,7 @@ class DigitsRun:
         return {
             "version": VIT_CACHE_VERSION,
             "model": asdict(self.config),
-            "train": asdict(self.train_config),
+            "train": self.train_config.to_dict(),
             "data": ["sklearn-digits", self.test_fraction, self.upsample_mode],
             "resolutions": RESOLUTIONS,
         }

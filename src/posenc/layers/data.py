@@ -359,6 +359,49 @@ def get_batch(
     return windows[:, :-1].to(device), windows[:, 1:].to(device)
 
 
+def random_positions(
+    seq_len: int,
+    max_position: int,
+    *,
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Randomized positions (Ruoss et al., ACL 2023, "Randomized Positional Encodings
+    Boost Length Generalization of Transformers", §3): ``seq_len`` distinct positions
+    drawn uniformly without replacement from ``0 … max_position − 1`` and sorted, in
+    place of ``0 … seq_len − 1``. A model trained on them has seen every position up to
+    ``max_position − 1``, and gaps between neighbours larger than 1, so that a test
+    sequence up to ``max_position`` long asks for no position it never saw.
+
+    One draw per call, shared by the whole batch, as in the authors' code
+    (``noisy_fixed_positional_encodings`` in google-deepmind/
+    randomized_positional_encodings, ``models/positional_encodings.py``, which also
+    draws at test time: the model there has no training flag).
+
+    Args:
+        seq_len: T, the number of positions (int ≥ 1). max_position: the size of the
+            range they are drawn from (int ≥ T; the paper's L).
+        generator: CPU generator (reproducible draws). device: where to put them.
+
+    Returns:
+        int64 (T,), strictly increasing, in ``0 … max_position − 1``.
+
+    Raises:
+        TypeError: a size that is not an integer. ValueError: ``seq_len`` < 1, or
+            ``max_position`` < ``seq_len`` (T distinct positions need a range of at
+            least T).
+    """
+    seq_len = check_int("seq_len", seq_len, minimum=1)
+    max_position = check_int("max_position", max_position, minimum=1)
+    if max_position < seq_len:
+        raise ValueError(
+            f"max_position must be >= seq_len ({seq_len}) to draw that many distinct "
+            f"positions, got {max_position}"
+        )
+    chosen = torch.randperm(max_position, generator=generator)[:seq_len]
+    return chosen.sort().values.to(device)
+
+
 def eval_windows(
     data: torch.Tensor, seq_len: int, max_tokens: int
 ) -> tuple[torch.Tensor, torch.Tensor]:

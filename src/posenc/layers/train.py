@@ -34,7 +34,13 @@ with warnings.catch_warnings():
     from tqdm.auto import tqdm
 
 from .._checks import check_int
-from .data import Corpus, eval_windows, get_batch, load_stdlib_corpus
+from .data import (
+    Corpus,
+    eval_windows,
+    get_batch,
+    load_stdlib_corpus,
+    random_positions,
+)
 from .losses import batched_losses, rows_per_batch
 from .model import ModelConfig, TinyLM
 from ..schemes import get_scheme_class
@@ -60,7 +66,15 @@ class TrainConfig:
         weight_decay: AdamW decay of the weight matrices (embeddings, biases and norms
         are not decayed, so rows of a learned table that training never reaches stay
         exactly at their initial values). grad_clip: max gradient norm. seed: seeds
-        initialisation and batch order.
+        initialisation and batch order. random_positions: None (positions 0 … T − 1),
+        or the range of the randomized positions every training step draws instead
+        (Ruoss et al., 2023: :func:`~posenc.layers.data.random_positions`; an int ≥
+        ``seq_len``).
+
+    Raises:
+        TypeError / ValueError: a size that is not a positive integer, a negative
+        warm-up or seed, an ``lr`` that is not finite and > 0, or ``random_positions``
+        below ``seq_len``.
     """
 
     seq_len: int = 64
@@ -71,6 +85,7 @@ class TrainConfig:
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     seed: int = 0
+    random_positions: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("seq_len", "batch_size", "steps"):
@@ -79,6 +94,22 @@ class TrainConfig:
         check_int("seed", self.seed, minimum=0)
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"lr must be finite and > 0, got {self.lr}")
+        if self.random_positions is not None and (
+            check_int("random_positions", self.random_positions, minimum=1)
+            < self.seq_len
+        ):
+            raise ValueError(
+                f"random_positions must be None or >= seq_len ({self.seq_len}), got "
+                f"{self.random_positions}"
+            )
+
+    def to_dict(self) -> dict:
+        """The config as a dict; without ``random_positions`` when it is None, so that
+        adding the option left every cache key and stored result's key unchanged."""
+        out = asdict(self)
+        if out["random_positions"] is None:
+            del out["random_positions"]
+        return out
 
 
 @dataclass
@@ -155,7 +186,7 @@ def cache_key(
     payload = {
         "version": CACHE_VERSION,
         "model": model,
-        "train": asdict(train_config),
+        "train": train_config.to_dict(),
         "corpus": [corpus.name, corpus.fingerprint],
     }
     if init_key is not None:
@@ -387,7 +418,8 @@ def fit(
         cfg: steps, learning rate and its schedule, weight decay, clipping.
         next_batch: ``next_batch() -> (x, y)``: inputs of any dtype and int64 (B, T)
             targets on the model's device; a target of −100 is not scored (a probe's
-            prompt).
+            prompt). It may return ``(x, y, positions)`` instead: the model is then
+            called as ``model(x, positions)`` (randomized positions).
         progress: show the bar. desc: its label.
 
     Returns:
@@ -401,8 +433,9 @@ def fit(
     for step in bar:
         for group in opt.param_groups:
             group["lr"] = _lr_at(step, cfg)
-        x, y = next_batch()
-        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=-100)
+        x, y, *positions = next_batch()
+        logits = model(x, *positions)
+        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=-100)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -425,13 +458,19 @@ def _train(
     model = model.to(device)
 
     def next_batch():
-        return get_batch(
+        x, y = get_batch(
             corpus.train,
             cfg.batch_size,
             cfg.seq_len,
             generator=generator,
             device=device,
         )
+        if cfg.random_positions is None:
+            return x, y
+        drawn = random_positions(
+            cfg.seq_len, cfg.random_positions, generator=generator, device=device
+        )
+        return x, y, drawn
 
     losses, seconds = fit(
         model, cfg, next_batch, progress=progress, desc=f"train {model_config.scheme}"
