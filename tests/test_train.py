@@ -228,3 +228,61 @@ def test_training_feeds_the_drawn_positions_to_the_model(corpus, monkeypatch):
     seen.clear()
     train(model_cfg, replace(QUICK, steps=2), corpus, device="cpu", progress=False, use_cache=False)
     assert seen == [None, None]
+
+
+# --- DroPE (Gelberg et al., 2026) -----------------------------------------------------
+
+
+def test_drope_drops_rope_as_the_authors_code_does_and_recalibrates(corpus):
+    """The authors' NoPEAttention runs RoPE with cos = 1 and sin = 0: RoPE at angle 0,
+    which a RoPE model computes when every position is 0. posenc's "none" scheme with
+    the RoPE model's weights gives those logits; drope starts from them and its
+    recalibration lowers the validation loss of the dropped model."""
+    from dataclasses import replace
+
+    from posenc.layers.model import TinyLM
+    from posenc.layers.train import drope
+
+    rope_cfg = ModelConfig(scheme="rope", d_model=16, num_heads=2, num_layers=1)
+    source = train(rope_cfg, QUICK, corpus, device="cpu", progress=False)
+    x = corpus.val[:32].long()[None]
+    dropped = TinyLM(replace(rope_cfg, scheme="none")).eval()
+    dropped.load_state_dict(source.model.state_dict())
+    with torch.no_grad():
+        identity_rotation = source.model(x, torch.zeros(32, dtype=torch.long))
+        torch.testing.assert_close(dropped(x), identity_rotation, rtol=0, atol=1e-5)
+        assert not torch.allclose(source.model(x), identity_rotation, atol=1e-3), "RoPE acted"
+    recalibration = replace(QUICK, steps=40, seed=1)
+    result = drope(source, recalibration, corpus, device="cpu", progress=False)
+    assert result.model.config.scheme == "none" and result.model.config.d_model == 16
+    assert result.key not in (source.key, cache_key(replace(rope_cfg, scheme="none"), recalibration, corpus))
+    before = evaluate(dropped, corpus.val, 16, max_tokens=2048).loss
+    after = evaluate(result.model, corpus.val, 16, max_tokens=2048).loss
+    assert after < before, (before, after)
+    # it starts from the source's weights: a recalibration that barely moves them
+    # leaves them where the RoPE model had them
+    still = drope(source, replace(QUICK, steps=1, warmup_steps=1, lr=1e-12), corpus,
+                  device="cpu", progress=False, use_cache=False)
+    for name, weight in source.model.state_dict().items():
+        torch.testing.assert_close(still.model.state_dict()[name], weight, rtol=0, atol=1e-6)
+
+
+def test_drope_refuses_an_encoding_with_weights_or_a_layer_pattern(corpus):
+    from posenc.layers.train import drope
+
+    learned = train(ModelConfig(scheme="learned", d_model=16, num_heads=2, num_layers=1,
+                                scheme_options={"max_len": 64}), replace_steps(QUICK, 2), corpus,
+                    device="cpu", progress=False)
+    with pytest.raises(ValueError, match="scheme 'learned' has its own parameters"):
+        drope(learned, QUICK, corpus, device="cpu", progress=False)
+    pattern = ModelConfig(scheme="rope", d_model=16, num_heads=2, num_layers=2,
+                          layers=[{}, {"scheme": "none"}])
+    patterned = train(pattern, replace_steps(QUICK, 2), corpus, device="cpu", progress=False)
+    with pytest.raises(ValueError, match="layer pattern"):
+        drope(patterned, QUICK, corpus, device="cpu", progress=False)
+
+
+def replace_steps(cfg, steps):
+    from dataclasses import replace
+
+    return replace(cfg, steps=steps, warmup_steps=1)
