@@ -39,16 +39,38 @@ def test_it_is_the_expected_gain_of_a_similar_key():
         assert abs(gain.mean().item() - expected) < 5 * gain.std().item() / math.sqrt(n), m
 
 
+def _first_passing(head_dim, length, bases):
+    """The first of ``bases`` (ascending) with B_m ≥ 0 for every m ≤ L, by brute force."""
+    m = torch.arange(length + 1, dtype=torch.float64)
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim
+    for chunk in bases.split(512):
+        theta = torch.exp(-exponents[None, :] * chunk.log()[:, None])
+        lowest = torch.cos(m[None, :, None] * theta[:, None, :]).sum(-1).min(1).values
+        if bool((lowest >= 0).any()):
+            return float(chunk[int((lowest >= 0).nonzero()[0])])
+    return None
+
+
 @pytest.mark.parametrize(("head_dim", "length"), [(32, 32), (32, 64), (32, 128), (16, 200), (64, 300)])
 def test_the_bound_is_the_first_base_that_keeps_b_non_negative(head_dim, length):
-    """The returned base passes (B_m ≥ 0 for m = 0 … L), a base 1e-5 below it fails,
-    and no point of an independent, finer scan below it passes."""
+    """The returned base passes (B_m ≥ 0 for m = 0 … L), a base 1e-6 below it fails,
+    and a brute-force scan of 5,000 bases per decade (steps of 0.05 %) finds no
+    passing base below it."""
     bound = base_lower_bound(head_dim, length)
     m = torch.arange(length + 1)
     assert token_discrimination(m, head_dim, bound).min() >= 0
-    assert token_discrimination(m, head_dim, bound * (1 - 1e-5)).min() < 0
-    scan = [b for b in torch.logspace(math.log10(2), math.log10(bound), 600).tolist()[:-1]]
-    assert not any(token_discrimination(m, head_dim, b).min() >= 0 for b in scan[:-1])
+    assert token_discrimination(m, head_dim, bound * (1 - 1e-6)).min() < 0
+    scan = torch.logspace(0, math.log10(bound * (1 - 1e-6)), int(5e3 * math.log10(bound)), dtype=torch.float64)
+    assert _first_passing(head_dim, length, scan) is None
+
+
+def test_the_bound_at_the_papers_head_dim():
+    """d = 128, L = 1024: the paper's Figure 1 reads about 4e3; no base in the 1 %
+    below the result passes (2,000 bases)."""
+    bound = base_lower_bound(128, 1024)
+    assert 4250 < bound < 4350
+    below = torch.logspace(math.log10(bound / 1.01), math.log10(bound * (1 - 1e-6)), 2000, dtype=torch.float64)
+    assert _first_passing(128, 1024, below) is None
 
 
 def test_the_bound_grows_with_the_context_length_at_the_studys_head_dim():
@@ -64,7 +86,17 @@ def test_bad_input_is_named():
         base_lower_bound(31, 64)
     with pytest.raises(ValueError, match="context_length must be >= 1"):
         base_lower_bound(32, 0)
-    with pytest.raises(ValueError, match="no base up to max_base = 100 keeps B_m >= 0 for m <= 128"):
+    with pytest.raises(ValueError, match=r"no base in 1 … 100 keeps B_m >= 0 for every m <= 128 at head_dim 32"):
         base_lower_bound(32, 128, max_base=100)
+    with pytest.raises(ValueError, match=r"max_base \(1\.5\) must be >= min_base \(2\)"):
+        base_lower_bound(32, 128, min_base=2, max_base=1.5)
+    with pytest.raises(ValueError, match="rtol must be a finite number > 0"):
+        base_lower_bound(32, 128, rtol=0)
+    with pytest.raises(ValueError, match="no base in 1 … 1e\\+12"):
+        base_lower_bound(2, 2)
     with pytest.raises(ValueError, match="base must be finite and > 0"):
         token_discrimination(torch.arange(3), 32, -1.0)
+    with pytest.raises(TypeError, match="distances must be a real tensor, got list"):
+        token_discrimination([1, 2], 32)
+    with pytest.raises(ValueError, match=r"distances must be a 1-D tensor \(N,\), got shape \(2, 2\)"):
+        token_discrimination(torch.ones(2, 2), 32)

@@ -177,17 +177,39 @@ def test_random_positions_are_a_sorted_uniform_subset_of_the_range():
     assert random_positions(5, 5, generator=g).tolist() == [0, 1, 2, 3, 4]
 
 
+def test_random_positions_hold_every_pair_equally_often():
+    """A uniform T-subset holds two given positions together with probability
+    T(T − 1)/(N(N − 1)); a sampler of evenly spaced positions at a random offset has
+    the right single counts (above) and fails here."""
+    from posenc.layers.data import random_positions
+
+    g = torch.Generator().manual_seed(1)
+    T, N, draws = 8, 40, 4000
+    together = torch.zeros(N, N)
+    for _ in range(draws):
+        p = random_positions(T, N, generator=g)
+        together[p[:, None], p[None, :]] += 1
+    pairs = together[torch.triu_indices(N, N, offset=1).unbind()]
+    rate = T * (T - 1) / (N * (N - 1))
+    expected, sd = draws * rate, math.sqrt(draws * rate * (1 - rate))
+    assert (pairs - expected).abs().max() < 5.5 * sd, (pairs.min(), pairs.max(), expected)
+
+
 def test_random_positions_reject_bad_sizes():
     from posenc.layers.data import random_positions
 
-    with pytest.raises(ValueError, match=r"max_position must be >= seq_len \(9\)"):
+    with pytest.raises(ValueError, match=r"max_position must lie in seq_len \(9\) … 16777216 .*got 8"):
         random_positions(9, 8)
+    with pytest.raises(ValueError, match=r"max_position must lie in .*got 16777217"):
+        random_positions(9, 2**24 + 1)
     with pytest.raises(TypeError, match="seq_len must be an integer"):
         random_positions(2.0, 8)
     with pytest.raises(ValueError, match="seq_len must be >= 1"):
         random_positions(0, 8)
-    with pytest.raises(ValueError, match=r"random_positions must be None or >= seq_len \(16\), got 8"):
+    with pytest.raises(ValueError, match=r"random_positions must be None or lie in seq_len \(16\) … 16777216, got 8"):
         TrainConfig(seq_len=16, random_positions=8)
+    with pytest.raises(ValueError, match=r"random_positions must be None or lie in seq_len \(16\) .*got 0"):
+        TrainConfig(seq_len=16, random_positions=0)
     with pytest.raises(TypeError, match="random_positions must be an integer"):
         TrainConfig(seq_len=16, random_positions=32.0)
 
@@ -197,6 +219,8 @@ def test_random_positions_leave_existing_keys_alone_and_enter_the_key_when_set(c
 
     assert "random_positions" not in QUICK.to_dict()
     base = cache_key(SMALL, QUICK, corpus)
+    # the key this configuration had before the option existed (commit f0d9175)
+    assert base == "sinusoidal-51958830b4bc38394631"
     randomized = replace(QUICK, random_positions=64)
     assert randomized.to_dict()["random_positions"] == 64
     assert cache_key(SMALL, randomized, corpus) not in (base, cache_key(SMALL, replace(QUICK, random_positions=128), corpus))
@@ -225,9 +249,27 @@ def test_training_feeds_the_drawn_positions_to_the_model(corpus, monkeypatch):
         assert p.shape == (16,) and bool((p[1:] > p[:-1]).all()) and int(p.max()) < 200
     assert int(max(p.max() for p in seen)) >= 16, "positions beyond the training length"
     assert len({tuple(p.tolist()) for p in seen}) == 6, "a new draw every step"
-    seen.clear()
-    train(model_cfg, replace(QUICK, steps=2), corpus, device="cpu", progress=False, use_cache=False)
-    assert seen == [None, None]
+    batches = []
+    monkeypatch.setattr(TinyLM, "forward", lambda self, tokens, positions=None, **kw: (
+        batches.append(tokens.clone()), forward(self, tokens, positions, **kw))[1])
+    for option in (None, 200):
+        train(model_cfg, replace(QUICK, steps=3, random_positions=option), corpus, device="cpu",
+              progress=False, use_cache=False)
+    assert all(torch.equal(a, b) for a, b in zip(batches[:3], batches[3:])), \
+        "the positions' own generator leaves the batches of the seed unchanged"
+
+
+def test_random_positions_fail_early_where_they_cannot_run(corpus):
+    from dataclasses import replace
+
+    from posenc.layers.train import fit
+
+    learned = ModelConfig(scheme="learned", d_model=16, num_heads=2, num_layers=1, scheme_options={"max_len": 64})
+    with pytest.raises(ValueError, match=r"random_positions \(200\) exceeds the 64 positions scheme 'learned' can take"):
+        train(learned, replace(QUICK, random_positions=200), corpus, device="cpu", progress=False)
+    model = torch.nn.Linear(1, 1)
+    with pytest.raises(ValueError, match="random_positions=200 is set but next_batch returned no positions"):
+        fit(model, replace(QUICK, random_positions=200), lambda: (torch.zeros(1, 1), torch.zeros(1, 1)), progress=False)
 
 
 # --- DroPE (Gelberg et al., 2026) -----------------------------------------------------
@@ -278,8 +320,12 @@ def test_drope_refuses_an_encoding_with_weights_or_a_layer_pattern(corpus):
     pattern = ModelConfig(scheme="rope", d_model=16, num_heads=2, num_layers=2,
                           layers=[{}, {"scheme": "none"}])
     patterned = train(pattern, replace_steps(QUICK, 2), corpus, device="cpu", progress=False)
-    with pytest.raises(ValueError, match="layer pattern"):
+    with pytest.raises(ValueError, match=r"drope takes a model without ModelConfig.layers; got layers=\[\{\}, \{'scheme': 'none'\}\]"):
         drope(patterned, QUICK, corpus, device="cpu", progress=False)
+    nope = train(ModelConfig(scheme="none", d_model=16, num_heads=2, num_layers=1), replace_steps(QUICK, 2),
+                 corpus, device="cpu", progress=False)
+    with pytest.raises(ValueError, match="no positional encoding to drop"):
+        drope(nope, QUICK, corpus, device="cpu", progress=False)
 
 
 def replace_steps(cfg, steps):

@@ -359,6 +359,10 @@ def get_batch(
     return windows[:, :-1].to(device), windows[:, 1:].to(device)
 
 
+#: The largest range :func:`random_positions` draws from: each draw costs O(range).
+MAX_RANDOM_POSITION = 2**24
+
+
 def random_positions(
     seq_len: int,
     max_position: int,
@@ -369,18 +373,22 @@ def random_positions(
     """Randomized positions (Ruoss et al., ACL 2023, "Randomized Positional Encodings
     Boost Length Generalization of Transformers", §3): ``seq_len`` distinct positions
     drawn uniformly without replacement from ``0 … max_position − 1`` and sorted, in
-    place of ``0 … seq_len − 1``. A model trained on them has seen every position up to
-    ``max_position − 1``, and gaps between neighbours larger than 1, so that a test
-    sequence up to ``max_position`` long asks for no position it never saw.
+    place of ``0 … seq_len − 1``. Over enough training steps a model sees positions
+    up to ``max_position − 1`` and gaps between neighbours larger than 1, so that a
+    test sequence up to ``max_position`` long asks for no position it never saw.
 
-    One draw per call, shared by the whole batch, as in the authors' code
-    (``noisy_fixed_positional_encodings`` in google-deepmind/
-    randomized_positional_encodings, ``models/positional_encodings.py``, which also
-    draws at test time: the model there has no training flag).
+    One draw per call, shared by the whole batch and, in posenc, by every layer: the
+    authors' ``noisy_fixed_positional_encodings`` (google-deepmind/
+    randomized_positional_encodings, ``models/positional_encodings.py``) does the
+    same for the absolute encodings, while their rotary variant draws anew in each
+    attention layer and their ALiBi and relative variants draw sorted distances
+    rather than positions. Their evaluation draws too (the model has no training
+    flag); posenc's :func:`~posenc.layers.train.evaluate` uses ``0 … T − 1``.
 
     Args:
         seq_len: T, the number of positions (int ≥ 1). max_position: the size of the
-            range they are drawn from (int ≥ T; the paper's L).
+            range they are drawn from (the paper's L; an int from T to
+            :data:`MAX_RANDOM_POSITION`).
         generator: CPU generator (reproducible draws). device: where to put them.
 
     Returns:
@@ -388,15 +396,16 @@ def random_positions(
 
     Raises:
         TypeError: a size that is not an integer. ValueError: ``seq_len`` < 1, or
-            ``max_position`` < ``seq_len`` (T distinct positions need a range of at
-            least T).
+            ``max_position`` below ``seq_len`` (T distinct positions need a range of
+            at least T) or above :data:`MAX_RANDOM_POSITION`.
     """
     seq_len = check_int("seq_len", seq_len, minimum=1)
     max_position = check_int("max_position", max_position, minimum=1)
-    if max_position < seq_len:
+    if not seq_len <= max_position <= MAX_RANDOM_POSITION:
         raise ValueError(
-            f"max_position must be >= seq_len ({seq_len}) to draw that many distinct "
-            f"positions, got {max_position}"
+            f"max_position must lie in seq_len ({seq_len}) … {MAX_RANDOM_POSITION} "
+            f"(T distinct positions need a range of at least T; a draw costs "
+            f"O(max_position)), got {max_position}"
         )
     chosen = torch.randperm(max_position, generator=generator)[:seq_len]
     return chosen.sort().values.to(device)

@@ -35,6 +35,7 @@ with warnings.catch_warnings():
 
 from .._checks import check_int
 from .data import (
+    MAX_RANDOM_POSITION,
     Corpus,
     eval_windows,
     get_batch,
@@ -55,6 +56,10 @@ REQUIRE_CACHED_ENV = "POSENC_REQUIRE_CACHED"
 #: Bump when a change to the training code makes old cached weights wrong.
 CACHE_VERSION = 3
 
+#: Randomized positions (TrainConfig.random_positions) are drawn from a generator
+#: seeded with the run's seed plus this, apart from the batches' generator.
+POSITION_SEED_OFFSET = 2**31
+
 
 @dataclass
 class TrainConfig:
@@ -68,8 +73,9 @@ class TrainConfig:
         exactly at their initial values). grad_clip: max gradient norm. seed: seeds
         initialisation and batch order. random_positions: None (positions 0 … T − 1),
         or the range of the randomized positions every training step draws instead
-        (Ruoss et al., 2023: :func:`~posenc.layers.data.random_positions`; an int ≥
-        ``seq_len``).
+        (Ruoss et al., 2023: :func:`~posenc.layers.data.random_positions`; an int
+        from ``seq_len`` to its maximum), from a generator of their own, so that the
+        batches are those of the same seed without the option.
 
     Raises:
         TypeError / ValueError: a size that is not a positive integer, a negative
@@ -94,14 +100,14 @@ class TrainConfig:
         check_int("seed", self.seed, minimum=0)
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"lr must be finite and > 0, got {self.lr}")
-        if self.random_positions is not None and (
-            check_int("random_positions", self.random_positions, minimum=1)
-            < self.seq_len
-        ):
-            raise ValueError(
-                f"random_positions must be None or >= seq_len ({self.seq_len}), got "
-                f"{self.random_positions}"
-            )
+        if self.random_positions is not None:
+            check_int("random_positions", self.random_positions)
+            if not self.seq_len <= self.random_positions <= MAX_RANDOM_POSITION:
+                raise ValueError(
+                    f"random_positions must be None or lie in seq_len "
+                    f"({self.seq_len}) … {MAX_RANDOM_POSITION}, got "
+                    f"{self.random_positions}"
+                )
 
     def to_dict(self) -> dict:
         """The config as a dict; without ``random_positions`` when it is None, so that
@@ -249,8 +255,17 @@ def train(
 
     Raises:
         RuntimeError: the run is not cached while ``POSENC_REQUIRE_CACHED=1``.
+        ValueError: ``random_positions`` beyond the positions the model can take (a
+            learned table's ``max_len``).
     """
     corpus = corpus if corpus is not None else load_stdlib_corpus()
+    if train_config.random_positions is not None:
+        limit = TinyLM(model_config).max_positions
+        if limit is not None and train_config.random_positions > limit:
+            raise ValueError(
+                f"random_positions ({train_config.random_positions}) exceeds the "
+                f"{limit} positions scheme {model_config.scheme!r} can take"
+            )
     device = torch.device(device) if device is not None else get_device()
     key = cache_key(
         model_config, train_config, corpus, init_key=None if init is None else init.key
@@ -292,14 +307,19 @@ def drope(
     for ``train_config`` (the same objective; the paper keeps the training length and
     spends a small share of the pretraining budget) from ``source``'s weights.
 
-    Removing the encoding is the authors' ``NoPEAttention`` (SakanaAI/DroPE,
+    Removing RoPE is the authors' ``NoPEAttention`` (SakanaAI/DroPE,
     ``custom_models/attention.py``): RoPE with cos = 1 and sin = 0, an identity
     rotation, which is the ``"none"`` scheme with the same weights. Their optional
-    QK-norm variant is not implemented here.
+    QK-norm variant is not implemented here. The paper drops RoPE only; dropping
+    another encoding that holds no weights (ALiBi, xPos, sinusoidal) the same way is
+    posenc's extension.
+
+    Give the recalibration a seed of its own: with the source's seed it replays the
+    source's batches from its first step.
 
     Args:
-        source: a trained model whose scheme holds no weights (RoPE, ALiBi, …), as
-            :func:`train` returns it.
+        source: a trained model with one scheme in every layer, holding no weights,
+            as :func:`train` returns it.
         train_config: the recalibration (its ``seq_len``, ``steps``, ``lr``, seed).
         corpus: as for :func:`train`. train_options: passed to :func:`train` (device,
             use_cache, progress, …).
@@ -309,16 +329,19 @@ def drope(
         any fine-tune: its key holds ``source``'s key.
 
     Raises:
-        ValueError: ``source`` has a layer pattern (drop each layer's scheme by hand),
-            or its scheme holds weights (a learned table, a relative bias): removing
-            it would drop trained parameters, which DroPE does not do.
+        ValueError: ``source`` has no encoding to drop (scheme ``"none"``), a layer
+            pattern (``ModelConfig.layers``: drop each layer's scheme by hand), or a
+            scheme that holds weights (a learned table, a relative bias): removing it
+            would drop trained parameters, which DroPE does not do.
     """
     config = source.model.config
     if config.layers is not None:
         raise ValueError(
-            "drope takes a model whose layers share one scheme; this one has a layer "
-            "pattern (ModelConfig.layers)"
+            "drope takes a model without ModelConfig.layers; got layers="
+            f"{config.layers!r}"
         )
+    if config.scheme == "none":
+        raise ValueError("drope: the model has no positional encoding to drop")
     dropped = replace(config, scheme="none", scheme_options={})
     own = set(source.model.state_dict()) - set(TinyLM(dropped).state_dict())
     if own:
@@ -467,8 +490,9 @@ def fit(
         cfg: steps, learning rate and its schedule, weight decay, clipping.
         next_batch: ``next_batch() -> (x, y)``: inputs of any dtype and int64 (B, T)
             targets on the model's device; a target of −100 is not scored (a probe's
-            prompt). It may return ``(x, y, positions)`` instead: the model is then
-            called as ``model(x, positions)`` (randomized positions).
+            prompt). It must return ``(x, y, positions)`` instead when
+            ``cfg.random_positions`` is set: the model is then called as
+            ``model(x, positions)``.
         progress: show the bar. desc: its label.
 
     Returns:
@@ -483,6 +507,11 @@ def fit(
         for group in opt.param_groups:
             group["lr"] = _lr_at(step, cfg)
         x, y, *positions = next_batch()
+        if cfg.random_positions is not None and not positions:
+            raise ValueError(
+                f"random_positions={cfg.random_positions} is set but next_batch "
+                "returned no positions: this training loop does not draw them"
+            )
         logits = model(x, *positions)
         loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=-100)
         opt.zero_grad(set_to_none=True)
@@ -501,6 +530,8 @@ def _train(
     model_config, cfg: TrainConfig, corpus: Corpus, device, key, progress, init=None
 ) -> TrainResult:
     generator = seed_everything(cfg.seed)
+    # a stream of their own: drawing positions does not change the batches
+    drawing = torch.Generator().manual_seed(cfg.seed + POSITION_SEED_OFFSET)
     model = TinyLM(model_config)
     if init is not None:
         model.load_state_dict(init.model.state_dict())
@@ -517,7 +548,7 @@ def _train(
         if cfg.random_positions is None:
             return x, y
         drawn = random_positions(
-            cfg.seq_len, cfg.random_positions, generator=generator, device=device
+            cfg.seq_len, cfg.random_positions, generator=drawing, device=device
         )
         return x, y, drawn
 
