@@ -283,7 +283,7 @@ def test_drope_drops_rope_as_the_authors_code_does_and_recalibrates(corpus):
     from dataclasses import replace
 
     from posenc.layers.model import TinyLM
-    from posenc.layers.train import drope
+    from posenc.layers.drope import drope
 
     rope_cfg = ModelConfig(scheme="rope", d_model=16, num_heads=2, num_layers=1)
     source = train(rope_cfg, QUICK, corpus, device="cpu", progress=False)
@@ -310,7 +310,7 @@ def test_drope_drops_rope_as_the_authors_code_does_and_recalibrates(corpus):
 
 
 def test_drope_refuses_an_encoding_with_weights_or_a_layer_pattern(corpus):
-    from posenc.layers.train import drope
+    from posenc.layers.drope import drope
 
     learned = train(ModelConfig(scheme="learned", d_model=16, num_heads=2, num_layers=1,
                                 scheme_options={"max_len": 64}), replace_steps(QUICK, 2), corpus,
