@@ -403,14 +403,8 @@ def token_discrimination(
             f"distances must be a 1-D tensor (N,), got shape {tuple(distances.shape)}"
         )
     head_dim = check_even_dim("head_dim", head_dim)
-    theta = _theta(head_dim, check_base(base))
+    theta = compute_inv_freq(head_dim, base, dtype=torch.float64)
     return torch.cos(cpu_float64(distances)[:, None] * theta[None, :]).sum(dim=-1)
-
-
-def _theta(head_dim: int, base: float) -> torch.Tensor:
-    """θ_i = b^(−2i/d) in float64, the formula of :func:`compute_inv_freq`."""
-    exponents = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim
-    return torch.exp(-exponents * math.log(base))
 
 
 def base_lower_bound(
@@ -462,7 +456,7 @@ def base_lower_bound(
     weights = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim
     b = low
     while b <= high:
-        theta = _theta(head_dim, b)
+        theta = compute_inv_freq(head_dim, b, dtype=torch.float64)
         values = torch.cos(m[:, None] * theta).sum(dim=1)
         failing = values < 0
         if not bool(failing.any()):
