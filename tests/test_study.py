@@ -294,6 +294,7 @@ def tiny_preset(monkeypatch, tmp_path):
             "long_seeds": (0,),
             "block_every": 512,
             "long_block_every": 2048,
+            "sweep_block_every": 4096,
             "probe_steps": 2,
             "probe_sequences": 4,
         },

@@ -48,6 +48,7 @@ import torch
 from . import executor as dispatch
 from . import store
 from ..layers.data import Corpus
+from ..layers.drope import drope
 from ..layers.model import TinyLM
 from ..layers.train import fit, scheme_arguments, tqdm, train
 from ..utils import get_device, seed_everything, usable_cpus
@@ -58,8 +59,7 @@ from .study_grid import (
     MULTIPLES,
     PRESETS,
     StudyRun,
-    best_learning_rates,
-    main_runs,
+    planned_runs,
     stored_corpus,
     study_corpus,
     sweep_runs,
@@ -93,12 +93,76 @@ def _curve(losses: list[float], every: int = 10) -> list[float]:
     ]
 
 
+def _probe_run(run, model_cfg, train_cfg, device, rows) -> tuple[list, float]:
+    """Train a fresh model on the probes and append its accuracies to ``rows``;
+    returns the training losses and seconds."""
+    generator = seed_everything(train_cfg.seed)
+    model = TinyLM(model_cfg).to(device)
+    tasks = sorted(PROBES)
+    step = iter(range(10**9))
+
+    def next_batch():
+        task = tasks[next(step) % len(tasks)]
+        x, y, _ = probe_batch(
+            task, train_cfg.batch_size, train_cfg.seq_len, generator=generator
+        )
+        return x.to(device), y.to(device)
+
+    losses, train_seconds = fit(model, train_cfg, next_batch, progress=False)
+    limit = model.max_positions
+    sequences = run.evaluation()["sequences"]
+    for m in MULTIPLES:
+        E = m * run.train_length
+        if limit is not None and E > limit:
+            continue
+        for task in tasks:
+            for metric, value in probe_accuracy(
+                model, task, E, sequences=sequences
+            ).items():
+                rows.append(_row(task, metric, E, value))
+    return losses, train_seconds
+
+
+def _language_modelling_run(
+    run, model_cfg, train_cfg, corpus, device, rows, extra
+) -> tuple[list, float]:
+    """Train (or load) the run's model — for a DroPE run, its source, dropped and
+    recalibrated — score it on the validation split, and append the losses to
+    ``rows`` and what else the record keeps to ``extra``; returns the training losses
+    and seconds."""
+    result = train(model_cfg, train_cfg, corpus, device=device, progress=False)
+    recal_cfg = run.recalibration_config()
+    if recal_cfg is not None:
+        extra["source_from_cache"] = result.from_cache
+        result = drope(result, recal_cfg, corpus, device=device, progress=False)
+        extra["recalibration"] = recal_cfg.to_dict()
+        extra["evaluated_scheme"] = result.model.config.scheme
+    extra["weights_from_cache"] = result.from_cache
+    spec = run.evaluation()
+    scores = window_losses(
+        result.model,
+        corpus.val_documents(),
+        run.train_length,
+        spec["multiples"],
+        block_every=spec["block_every"],
+    )
+    for protocol in ("sliding", "matched"):
+        for E, value in scores[protocol].items():
+            rows.append(_row("language_modeling", f"loss_{protocol}", E, value))
+    extra.update({k: scores[k] for k in ("blocks", "matched_blocks", "bytes")})
+    if run.kind == "lm":
+        extra["position_loss"] = [round(v, 4) for v in scores["position"]]
+    return result.losses, result.seconds
+
+
 def execute(run: StudyRun, corpus: Corpus | None = None, *, device=None) -> dict:
     """Train and score one cell of the grid; the record :func:`run_study` stores.
 
     Language-modelling runs go through :func:`posenc.layers.train.train` (their weights
-    are cached like the book's); probe runs train on :func:`probe_batch` and are not
-    cached.
+    are cached like the book's); a DroPE run (:attr:`StudyRun.recalibration`) trains
+    its source so, then drops its encoding and recalibrates it
+    (:func:`posenc.layers.drope.drope`) and scores the recalibrated model; probe runs
+    train on :func:`probe_batch` and are not cached.
     """
     corpus = corpus if corpus is not None else study_corpus()
     device = torch.device(device) if device is not None else get_device()
@@ -107,48 +171,11 @@ def execute(run: StudyRun, corpus: Corpus | None = None, *, device=None) -> dict
     rows: list[dict] = []
     extra: dict = {}
     if run.kind == "probe":
-        generator = seed_everything(train_cfg.seed)
-        model = TinyLM(model_cfg).to(device)
-        tasks = sorted(PROBES)
-        step = iter(range(10**9))
-
-        def next_batch():
-            task = tasks[next(step) % len(tasks)]
-            x, y, _ = probe_batch(
-                task, train_cfg.batch_size, train_cfg.seq_len, generator=generator
-            )
-            return x.to(device), y.to(device)
-
-        losses, train_seconds = fit(model, train_cfg, next_batch, progress=False)
-        limit = model.max_positions
-        sequences = run.evaluation()["sequences"]
-        for m in MULTIPLES:
-            E = m * run.train_length
-            if limit is not None and E > limit:
-                continue
-            for task in tasks:
-                for metric, value in probe_accuracy(
-                    model, task, E, sequences=sequences
-                ).items():
-                    rows.append(_row(task, metric, E, value))
+        losses, train_seconds = _probe_run(run, model_cfg, train_cfg, device, rows)
     else:
-        result = train(model_cfg, train_cfg, corpus, device=device, progress=False)
-        losses, train_seconds, model = result.losses, result.seconds, result.model
-        extra["weights_from_cache"] = result.from_cache
-        spec = run.evaluation()
-        scores = window_losses(
-            model,
-            corpus.val_documents(),
-            run.train_length,
-            spec["multiples"],
-            block_every=spec["block_every"],
+        losses, train_seconds = _language_modelling_run(
+            run, model_cfg, train_cfg, corpus, device, rows, extra
         )
-        for protocol in ("sliding", "matched"):
-            for E, value in scores[protocol].items():
-                rows.append(_row("language_modeling", f"loss_{protocol}", E, value))
-        extra.update({k: scores[k] for k in ("blocks", "matched_blocks", "bytes")})
-        if run.kind == "lm":
-            extra["position_loss"] = [round(v, 4) for v in scores["position"]]
     return {
         "key": run.key(corpus),
         "run": asdict(run),
@@ -235,8 +262,9 @@ def _execute_all(runs, folder: Path, corpus, workers, device, desc, executor):
         return 0.0
     start = time.perf_counter()
     bar = tqdm(total=len(todo), desc=desc, unit="run", file=sys.stdout)
-    # the slowest cells first, so that the processes finish together
-    todo.sort(key=lambda r: (r.kind != "lm", -r.train_length))
+    # the slowest cells first, so that the processes finish together; DroPE's last,
+    # after the runs that train their sources
+    todo.sort(key=lambda r: (bool(r.recalibration), r.kind != "lm", -r.train_length))
 
     def save(run: StudyRun, record: dict) -> None:
         store.write_json(folder / f"{record['key']}.json", record)
@@ -300,8 +328,7 @@ def run_study(
         "learning-rate sweep",
         executor,
     )
-    lrs = best_learning_rates(_stored(name, preset), preset, corpus)
-    runs = sweep_runs(preset) + main_runs(lrs, preset)
+    runs = planned_runs(_stored(name, preset), preset, corpus)
     chosen = [r for r in runs if r.kind in kinds]
     wall += _execute_all(
         chosen, folder, corpus, workers, device, "study", executor
@@ -314,8 +341,7 @@ def run_study(
 def grid(preset: str = "cpu", name: str = "length_generalization") -> list[StudyRun]:
     """Every run of the grid, with the learning rates read from the stored sweep."""
     records = _stored(name, preset)
-    lrs = best_learning_rates(records, preset, stored_corpus(records))
-    return sweep_runs(preset) + main_runs(lrs, preset)
+    return planned_runs(records, preset, stored_corpus(records))
 
 
 def load_records(
@@ -334,7 +360,7 @@ def load_records(
     records = _stored(name, preset)
     corpus = stored_corpus(records)
     try:
-        lrs = best_learning_rates(records, preset, corpus)
+        runs = planned_runs(records, preset, corpus)
     except KeyError as err:
         if not strict:
             keys = {r.key(corpus) for r in sweep_runs(preset)}
@@ -344,7 +370,7 @@ def load_records(
             f"({COMMAND})"
         ) from None
     return store.grid_records(
-        sweep_runs(preset) + main_runs(lrs, preset),
+        runs,
         records,
         key=_key_of(corpus),
         label=lambda r: f"{r.kind} {r.label} seed {r.seed}",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, replace
 
 from ..layers.data import Corpus, load_stdlib_corpus
@@ -57,7 +58,61 @@ PRESETS: dict[str, dict] = {
         "probe_lr": 1e-3,
         "probe_sequences": 1024,
     },
+    # The second edition (book/design.md, "The study's second edition"): 4 heads of 32
+    # and 4 layers, the length-generalization methods of 2023–2026, probes at a swept
+    # learning rate. Sized to about 14 CPU-hours from one measured run of this model
+    # (609 s of process time for a language-modelling run, 205 s for 600 probe steps);
+    # what that budget dropped is listed in design.md.
+    "cpu2": {
+        "model": {"d_model": 128, "num_heads": 4, "num_layers": 4},
+        "train": {"seq_len": 64, "batch_size": 32, "steps": 1000, "warmup_steps": 50},
+        "learning_rates": (3e-3, 1e-2),
+        "seeds": (0, 1, 2),
+        "long_length": 256,
+        "long_schemes": (),
+        "long_seeds": (),
+        "block_every": 16,
+        "long_block_every": 16,
+        "probe_steps": 2000,
+        "probe_batch_size": 16,
+        "probe_lr": None,
+        "probe_sequences": 192,
+        "edition": 2,
+        "probe_learning_rates": (1e-3, 3e-3),
+        "probe_schemes": (
+            "none", "rope", "alibi", "t5", "deberta", "fire", "kerple, log"
+        ),
+        "base_sweep": {
+            "bases": (1e2, 1e3, 1e4, 1e5),
+            "lengths": (32, 64, 128),
+            "seeds": (0,),
+        },
+        "random_positions": {"schemes": ("rope",), "multiple": 8},
+        "drope": {"schemes": ("rope",), "steps": 100, "warmup_steps": 10},
+    },
 }
+
+#: A DroPE recalibration's seed is its source's plus this (a seed of its own: the
+#: source's would replay the source's first batches, :func:`posenc.layers.drope.drope`).
+DROPE_SEED_OFFSET = 1000
+
+
+def edition(preset: str) -> int:
+    """The study's edition a preset belongs to: 1 (2 heads, 2 layers; the stored
+    ``cpu`` study and the ``gpu`` preset) or 2 (``cpu2``)."""
+    return PRESETS[preset].get("edition", 1)
+
+
+def study_scheme_variants(train_length: int) -> dict[str, tuple[str, dict]]:
+    """The study-only schemes of the second edition at their study settings
+    (``{label: (scheme, options)}``): FIRE with its threshold L₀ = L/4 (the paper's 512
+    at its training length 2048: Li et al. 2024, §4) and Kerple's logarithmic kernel
+    (Chi et al. 2022, eq. 7). Kerple's power kernel is not in the grid (the budget's
+    fourth cut)."""
+    return {
+        "fire": ("fire", {"init_threshold": float(max(1, train_length // 4))}),
+        "kerple, log": ("kerple", {"kernel": "log"}),
+    }
 
 
 def bucket_variants(train_length: int) -> dict[str, dict]:
@@ -132,6 +187,12 @@ class StudyRun:
         preset: a key of :data:`PRESETS`.
         layers: a layer pattern (:attr:`posenc.layers.model.ModelConfig.layers`) as JSON
             text, or "" for a uniform model.
+        train_options: fields of :class:`~posenc.layers.train.TrainConfig` set for this
+            run (randomized positions: ``{"random_positions": N}``) as JSON text, or "".
+        recalibration: a DroPE run (:func:`posenc.layers.drope.drope`): the source is
+            this run's model trained as configured, then recalibrated without its
+            encoding for these TrainConfig fields (JSON text: steps, warmup_steps);
+            "" for every other run.
     """
 
     kind: str
@@ -143,6 +204,8 @@ class StudyRun:
     lr: float
     preset: str = "cpu"
     layers: str = ""
+    train_options: str = ""
+    recalibration: str = ""
 
     @property
     def scheme_options(self) -> dict:
@@ -168,6 +231,7 @@ class StudyRun:
             steps=steps,
             lr=self.lr,
             seed=self.seed,
+            **(json.loads(self.train_options) if self.train_options else {}),
         )
         layers = json.loads(self.layers) if self.layers else None
         model_cfg = ModelConfig(
@@ -175,11 +239,24 @@ class StudyRun:
         )
         return model_cfg, train_cfg
 
+    def recalibration_config(self) -> TrainConfig | None:
+        """A DroPE run's recalibration (the source's configuration with the
+        :attr:`recalibration` fields and a seed of its own); None for other runs."""
+        if not self.recalibration:
+            return None
+        _, train_cfg = self.configs()
+        return replace(
+            train_cfg,
+            seed=self.seed + DROPE_SEED_OFFSET,
+            **json.loads(self.recalibration),
+        )
+
     def evaluation(self) -> dict:
         """What is scored: part of the key, so a changed protocol reruns."""
         p = PRESETS[self.preset]
         if self.kind == "sweep":
-            return {"protocol": "sliding", "multiples": [1], "block_every": 4}
+            every = p.get("sweep_block_every", 4)
+            return {"protocol": "sliding", "multiples": [1], "block_every": every}
         if self.kind == "probe":
             return {
                 "probes": sorted(PROBES),
@@ -205,6 +282,8 @@ class StudyRun:
             "scheme_arguments": scheme_arguments(model_cfg),
             "evaluation": self.evaluation(),
         }
+        if self.recalibration:
+            payload["recalibration"] = self.recalibration_config().to_dict()
         text = json.dumps(payload, sort_keys=True, default=str)
         digest = hashlib.sha256(text.encode()).hexdigest()[:16]
         return f"{self.kind}-{self.scheme}-s{self.seed}-L{self.train_length}-{digest}"
@@ -233,40 +312,174 @@ def _schemes(train_length: int, num_layers: int) -> dict[str, tuple]:
     return out
 
 
+def _swept(preset: str) -> dict[str, tuple[str, str]]:
+    """``{label: (scheme, options as JSON)}``: what the learning-rate sweep trains,
+    each registered scheme at its defaults but the study-only ones, and in the second
+    edition also the study-only schemes at their study settings."""
+    out = {name: (name, "{}") for name in chapter_schemes()}
+    if edition(preset) >= 2:
+        L = PRESETS[preset]["train"]["seq_len"]
+        for label, (scheme, options) in study_scheme_variants(L).items():
+            out[label] = (scheme, json.dumps(options, sort_keys=True))
+    return out
+
+
 def sweep_runs(preset: str = "cpu") -> list[StudyRun]:
-    """Phase 1: each registered scheme but the study-only ones, seed 0, at each
-    learning rate of the preset."""
+    """Phase 1: each swept scheme (:func:`_swept`), seed 0, at each learning rate of
+    the preset; in the second edition also each probed scheme's probes, seed 0, at
+    each of the preset's ``probe_learning_rates`` (the run at the best rate is also
+    the main grid's seed 0: the same key, stored once)."""
     p = PRESETS[preset]
     L = p["train"]["seq_len"]
-    return [
-        StudyRun("sweep", name, name, "{}", 0, L, lr, preset)
-        for name in chapter_schemes()
+    swept = _swept(preset)
+    runs = [
+        StudyRun("sweep", label, scheme, options, 0, L, lr, preset)
+        for label, (scheme, options) in swept.items()
         for lr in p["learning_rates"]
     ]
+    for label in p.get("probe_schemes", ()):
+        scheme, options = swept[label]
+        runs += [
+            StudyRun("probe", label, scheme, options, 0, L, lr, preset)
+            for lr in p["probe_learning_rates"]
+        ]
+    return runs
+
+
+def _best(runs, records, corpus, score) -> dict[str, float]:
+    """``{label: the learning rate of the run with the lowest score}`` over ``runs``;
+    raises KeyError naming a missing run."""
+    best: dict[str, tuple[float, float]] = {}
+    for run in runs:
+        key = run.key(corpus)
+        if key not in records:
+            raise KeyError(f"sweep run {key} ({run.label}, lr {run.lr}) is missing")
+        value = score(records[key]["rows"])
+        if run.label not in best or value < best[run.label][1]:
+            best[run.label] = (run.lr, value)
+    return {label: lr for label, (lr, _) in best.items()}
 
 
 def best_learning_rates(
     records: dict[str, dict], preset: str = "cpu", corpus: Corpus | None = None
 ) -> dict[str, float]:
-    """``{scheme: the swept learning rate with the lowest validation loss at L}``, from
-    the stored sweep records; raises KeyError naming a missing sweep run."""
+    """``{label: the swept learning rate with the lowest validation loss at L}``, from
+    the stored sweep records (a label is its scheme's name but for the second
+    edition's study-only settings, :func:`study_scheme_variants`); raises KeyError
+    naming a missing sweep run."""
     corpus = corpus if corpus is not None else study_corpus()
-    best: dict[str, tuple[float, float]] = {}
-    for run in sweep_runs(preset):
-        key = run.key(corpus)
-        if key not in records:
-            raise KeyError(f"sweep run {key} ({run.scheme}, lr {run.lr}) is missing")
-        (row,) = [r for r in records[key]["rows"] if r["metric"] == "loss_sliding"]
-        if run.scheme not in best or row["value"] < best[run.scheme][1]:
-            best[run.scheme] = (run.lr, row["value"])
-    return {scheme: lr for scheme, (lr, _) in best.items()}
+
+    def loss(rows):
+        (row,) = [r for r in rows if r["metric"] == "loss_sliding"]
+        return row["value"]
+
+    return _best(
+        [r for r in sweep_runs(preset) if r.kind == "sweep"], records, corpus, loss
+    )
 
 
-def main_runs(lrs: dict[str, float], preset: str = "cpu") -> list[StudyRun]:
-    """Phase 2, given each scheme's learning rate: every scheme (and bucket variant)
-    × every seed at L for language modelling; every scheme × every seed at L for the
-    probes (at the preset's ``probe_lr``); the long-L schemes × their seeds at the
-    preset's longer L."""
+def best_probe_rates(
+    records: dict[str, dict], preset: str = "cpu", corpus: Corpus | None = None
+) -> dict[str, float]:
+    """``{label: the probe learning rate with the highest mean accuracy at L over the
+    probes}`` (second edition; ties go to the lower rate), from the stored seed-0
+    probe runs; ``{}`` for a preset without a probe sweep. Raises KeyError naming a
+    missing run."""
+    corpus = corpus if corpus is not None else study_corpus()
+    L = PRESETS[preset]["train"]["seq_len"]
+
+    def error(rows):
+        hits = [
+            r["value"]
+            for r in rows
+            if r["metric"] == "accuracy" and r["eval_length"] == L
+        ]
+        return -sum(hits) / len(hits)
+
+    return _best(
+        [r for r in sweep_runs(preset) if r.kind == "probe"], records, corpus, error
+    )
+
+
+def base_label(base: float) -> str:
+    """The label of a RoPE base sweep's condition: ``"rope, base = 1e2"``."""
+    return f"rope, base = 1e{round(math.log10(base))}"
+
+
+def _edition2_runs(
+    lrs: dict[str, float], probe_lrs: dict[str, float], preset: str
+) -> list[StudyRun]:
+    """The second edition's main runs: each swept label's language modelling × seeds
+    and each probed label's probes × seeds at their best rates; the RoPE base sweep
+    (each base × each length, RoPE's rate; base 10⁴ at the preset's L is RoPE's own
+    run); randomized positions over [0, multiple · L); DroPE from each seed's trained
+    source."""
+    p = PRESETS[preset]
+    L = p["train"]["seq_len"]
+    runs = []
+    for label, (scheme, options) in _swept(preset).items():
+        runs += [
+            StudyRun("lm", label, scheme, options, s, L, lrs[label], preset)
+            for s in p["seeds"]
+        ]
+        if label in p["probe_schemes"]:
+            lr = probe_lrs[label]
+            runs += [
+                StudyRun("probe", label, scheme, options, s, L, lr, preset)
+                for s in p["seeds"]
+            ]
+    sweep = p["base_sweep"]
+    for length in sweep["lengths"]:
+        for base in sweep["bases"]:
+            if length == L and base == 1e4:
+                continue  # RoPE's own run
+            options = json.dumps({"base": base})
+            runs += [
+                StudyRun(
+                    "lm", base_label(base), "rope", options, s, length, lrs["rope"],
+                    preset,
+                )
+                for s in sweep["seeds"]
+            ]
+    randomized = p["random_positions"]
+    for scheme in randomized["schemes"]:
+        extra = json.dumps({"random_positions": randomized["multiple"] * L})
+        runs += [
+            StudyRun(
+                "lm", f"{scheme}, random positions", scheme, "{}", s, L, lrs[scheme],
+                preset, train_options=extra,
+            )
+            for s in p["seeds"]
+        ]
+    drop = p["drope"]
+    recal = json.dumps(
+        {"steps": drop["steps"], "warmup_steps": drop["warmup_steps"]}, sort_keys=True
+    )
+    for scheme in drop["schemes"]:
+        runs += [
+            StudyRun(
+                "lm", f"drope, from {scheme}", scheme, "{}", s, L, lrs[scheme], preset,
+                recalibration=recal,
+            )
+            for s in p["seeds"]
+        ]
+    return runs
+
+
+def main_runs(
+    lrs: dict[str, float],
+    preset: str = "cpu",
+    probe_lrs: dict[str, float] | None = None,
+) -> list[StudyRun]:
+    """Phase 2, given each label's learning rate (and, in the second edition, each
+    probed label's probe rate, :func:`best_probe_rates`). First edition: every scheme
+    (and bucket variant) × every seed at L for language modelling; every scheme ×
+    every seed at L for the probes (at the preset's ``probe_lr``); the long-L schemes ×
+    their seeds at the preset's longer L. Second edition: :func:`_edition2_runs`."""
+    if edition(preset) >= 2:
+        if probe_lrs is None:
+            raise ValueError(f"preset {preset!r} needs probe_lrs (best_probe_rates)")
+        return _edition2_runs(lrs, probe_lrs, preset)
     p = PRESETS[preset]
     L = p["train"]["seq_len"]
     runs = []
@@ -290,6 +503,16 @@ def main_runs(lrs: dict[str, float], preset: str = "cpu") -> list[StudyRun]:
             for s in p["long_seeds"]
         ]
     return runs
+
+
+def planned_runs(
+    records: dict[str, dict], preset: str = "cpu", corpus: Corpus | None = None
+) -> list[StudyRun]:
+    """Every run of the grid, phase 1 and phase 2, with the learning rates read from
+    the stored sweep; raises KeyError naming a missing sweep run."""
+    lrs = best_learning_rates(records, preset, corpus)
+    probe_lrs = best_probe_rates(records, preset, corpus)
+    return sweep_runs(preset) + main_runs(lrs, preset, probe_lrs)
 
 
 

@@ -57,9 +57,10 @@ class Corpus:
             return [self.val]
         return list(torch.split(self.val, list(self.val_lengths)))
 
-    @property
+    @functools.cached_property
     def fingerprint(self) -> str:
-        """SHA-256 of both splits: what a cache key needs to know about the data."""
+        """SHA-256 of both splits: what a cache key needs to know about the data
+        (computed once per corpus: its splits are not modified after loading)."""
         h = hashlib.sha256()
         for part in (self.train, self.val):
             h.update(part.numpy().tobytes())

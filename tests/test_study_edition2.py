@@ -1,0 +1,184 @@
+"""The study's second edition (the ``cpu2`` preset, issue 27): its model, its grid
+(probe-rate sweep, RoPE base sweep, randomized positions, DroPE, FIRE and Kerple), and
+one tiny edition-2 study run end to end through the real runner."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import posenc.experiments.study as study
+import posenc.experiments.study_grid as study_grid
+from posenc.alibi import alibi_slopes
+from posenc.experiments import probes
+from posenc.rope import base_lower_bound
+from posenc.schemes import chapter_schemes
+
+CORPUS = study_grid.CorpusIdentity("python-stdlib-recursive", "0" * 16)
+#: StudyRun("lm", "rope", "rope", "{}", 0, 64, 1e-2).key(CORPUS) at f0d9175, before
+#: the second edition's fields (train_options, recalibration) existed.
+PINNED_KEY = "lm-rope-s0-L64-3385655702ca3261"
+
+
+def _grid(preset="cpu2"):
+    lrs = dict.fromkeys(study_grid._swept(preset), 3e-3)
+    lrs["rope"] = 1e-2
+    probe_lrs = dict.fromkeys(study_grid.PRESETS[preset]["probe_schemes"], 1e-3)
+    probe_lrs["alibi"] = 3e-3
+    runs = study_grid.sweep_runs(preset) + study_grid.main_runs(lrs, preset, probe_lrs)
+    return runs, lrs, probe_lrs
+
+
+def test_the_second_editions_model_has_the_heads_and_layers_the_review_asked_for():
+    model = study_grid.PRESETS["cpu2"]["model"]
+    head_dim = model["d_model"] // model["num_heads"]
+    assert model["num_heads"] >= 4 and head_dim >= 32 and model["num_layers"] >= 4
+    # ALiBi's slopes at 4 heads: 1/4 … 1/256, without the paper's steepest 1/2
+    slopes = alibi_slopes(model["num_heads"])
+    assert torch.allclose(slopes, torch.tensor([1 / 4, 1 / 16, 1 / 64, 1 / 256]))
+    assert 1 / 2 not in slopes.tolist() and 1 / 2 in alibi_slopes(8).tolist()
+    # RoPE: head_dim / 2 = 16 frequency pairs
+    assert head_dim // 2 == 16
+    assert study_grid.edition("cpu2") == 2 and study_grid.edition("cpu") == 1
+
+
+def test_the_second_editions_grid():
+    runs, lrs, probe_lrs = _grid()
+    preset = study_grid.PRESETS["cpu2"]
+    L = preset["train"]["seq_len"]
+    swept = study_grid._swept("cpu2")
+    assert set(chapter_schemes()) | {"fire", "kerple, log"} == set(swept)
+    # every swept label: language modelling × every seed at its own rate
+    for label in swept:
+        lm = [r for r in runs if r.kind == "lm" and r.label == label]
+        assert {r.seed for r in lm} == set(preset["seeds"]), label
+        assert {r.lr for r in lm} == {lrs[label]}
+    # FIRE's threshold scaled to L (the paper's 512 at 2048), Kerple's log kernel
+    (fire,) = {r.options for r in runs if r.label == "fire"}
+    assert json.loads(fire) == {"init_threshold": L / 4}
+    assert {r.scheme_options["kernel"] for r in runs if r.scheme == "kerple"} == {"log"}
+    # probes: each probed label's sweep runs, then seeds at its best probe rate; the
+    # best rate's seed 0 is the sweep's run (one key, stored once)
+    for label in preset["probe_schemes"]:
+        sweep = [r for r in runs if r.kind == "probe" and r.label == label
+                 and r.seed == 0]
+        assert {r.lr for r in sweep} == set(preset["probe_learning_rates"])
+        main = [r for r in runs if r.kind == "probe" and r.label == label
+                and r.lr == probe_lrs[label]]
+        assert {r.seed for r in main} == set(preset["seeds"])
+        keys = [r.key(CORPUS) for r in main if r.seed == 0]
+        assert len(keys) == 2 and len(set(keys)) == 1
+    # the base sweep: 4 bases × 3 lengths, base 1e4 at L being RoPE's own run
+    bases = {(r.scheme_options.get("base"), r.train_length) for r in runs
+             if r.label.startswith("rope, base")}
+    wanted = {(b, n) for b in (1e2, 1e3, 1e4, 1e5) for n in (32, 64, 128)}
+    assert bases == wanted - {(1e4, L)}
+    assert study_grid.base_label(1e2) == "rope, base = 1e2"
+    # each length's base bound (Men et al.) falls between two swept bases
+    for n in (32, 64, 128):
+        bound = base_lower_bound(32, n)
+        assert any(b < bound for b, _ in wanted) and any(b > bound for b, _ in wanted)
+    # randomized positions over [0, 8L); DroPE from each RoPE seed
+    rp = [r for r in runs if r.label == "rope, random positions"]
+    assert {r.configs()[1].random_positions for r in rp} == {8 * L}
+    assert {r.seed for r in rp} == set(preset["seeds"])
+    drop = [r for r in runs if r.label == "drope, from rope"]
+    assert {r.seed for r in drop} == set(preset["seeds"])
+    keys = {r.key(CORPUS) for r in runs}
+    assert len(keys) == len({(r.kind, r.key(CORPUS)) for r in runs})
+    for run in drop:
+        recal = run.recalibration_config()
+        assert recal.seed == run.seed + study_grid.DROPE_SEED_OFFSET
+        assert recal.steps == preset["drope"]["steps"]
+        source = study_grid.StudyRun("lm", "rope", "rope", "{}", run.seed, L, run.lr,
+                                     "cpu2")
+        assert run.configs() == source.configs() and run.key(CORPUS) != source.key(
+            CORPUS)
+    # no 256-token rows, no Kerple power kernel, no CoPE (the budget's cuts)
+    assert {r.train_length for r in runs} == {32, 64, 128}
+    assert "cope" not in {r.scheme for r in runs}
+
+
+def test_the_new_fields_leave_the_first_editions_keys_unchanged():
+    """The new StudyRun fields enter a key only when set (the stored first-edition
+    study still covering its grid is test_study's test_the_stored_study_covers_the_
+    current_grid): a key computed before the fields existed, pinned."""
+    run = study_grid.StudyRun("lm", "rope", "rope", "{}", 0, 64, 1e-2)
+    assert run.recalibration_config() is None
+    assert run.key(CORPUS) == PINNED_KEY
+
+
+def test_the_probe_rate_is_the_one_with_the_highest_mean_accuracy():
+    runs = [r for r in study_grid.sweep_runs("cpu2") if r.kind == "probe"]
+    records = {}
+    accuracy = {1e-3: 0.4, 3e-3: 0.6}
+    for run in runs:
+        acc = accuracy[run.lr] if run.label != "none" else 0.5  # ties → lower rate
+        records[run.key(CORPUS)] = {"rows": [
+            {"task": task, "metric": "accuracy", "eval_length": 64, "value": acc}
+            for task in probes.PROBES
+        ] + [{"task": "copy", "metric": "accuracy", "eval_length": 128, "value": 1.0}]}
+    best = study_grid.best_probe_rates(records, "cpu2", CORPUS)
+    assert best.pop("none") == 1e-3
+    assert set(best.values()) == {3e-3}
+    records.pop(runs[0].key(CORPUS))
+    with pytest.raises(KeyError, match="missing"):
+        study_grid.best_probe_rates(records, "cpu2", CORPUS)
+    assert study_grid.best_probe_rates({}, "cpu", CORPUS) == {}
+    with pytest.raises(ValueError, match="probe_lrs"):
+        study_grid.main_runs({}, "cpu2")
+
+
+@pytest.fixture
+def tiny_edition2(monkeypatch, tmp_path):
+    monkeypatch.setitem(
+        study_grid.PRESETS,
+        "tiny2",
+        {
+            **study_grid.PRESETS["cpu2"],
+            "model": {"d_model": 8, "num_heads": 2, "num_layers": 1},
+            "train": {"seq_len": 48, "batch_size": 2, "steps": 2, "warmup_steps": 1},
+            "seeds": (0, 1),
+            "block_every": 512,
+            "long_block_every": 512,
+            "sweep_block_every": 4096,
+            "probe_steps": 2,
+            "probe_sequences": 2,
+            "probe_schemes": ("fire",),
+            "base_sweep": {"bases": (1e2, 1e4), "lengths": (48, 96), "seeds": (0,)},
+            "drope": {"schemes": ("rope",), "steps": 2, "warmup_steps": 1},
+        },
+    )
+    monkeypatch.setattr(study, "results_dir", lambda name="x": tmp_path / name)
+    monkeypatch.setattr(study_grid, "chapter_schemes", lambda: ("rope",))
+    monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path / "weights"))
+    monkeypatch.delenv("POSENC_REQUIRE_CACHED", raising=False)
+    return tmp_path
+
+
+def test_a_tiny_second_edition_runs_end_to_end(tiny_edition2):
+    first = study.run_study("s", preset="tiny2", workers=0)
+    folder = tiny_edition2 / "s-tiny2"
+    records = [json.loads(f.read_text()) for f in folder.glob("*.json")]
+    # sweep: 3 labels × 2 rates + 1 probed × 2 rates; main: 3 × 2 seeds lm, 1 probed ×
+    # 2 seeds (seed 0 stored by the sweep), base sweep 3, random positions 2, DroPE 2
+    assert first["runs"] == 6 + 2 + 6 + 2 + 3 + 2 + 2
+    assert len(records) == first["runs"] - 1
+    by_label = {}
+    for rec in records:
+        by_label.setdefault(rec["run"]["label"], []).append(rec)
+    for rec in by_label["drope, from rope"]:
+        assert rec["evaluated_scheme"] == "none"
+        assert rec["recalibration"]["steps"] == 2
+        assert rec["recalibration"]["seed"] == rec["run"]["seed"] + 1000
+        assert rec["source_from_cache"]  # its source is RoPE's own stored run
+    for rec in by_label["rope, random positions"]:
+        assert rec["train"]["random_positions"] == 8 * 48
+    assert {rec["run"]["train_length"] for rec in by_label["rope, base = 1e2"]} == {
+        48, 96}
+    assert {rec["run"]["train_length"] for rec in by_label["rope, base = 1e4"]} == {96}
+    assert study.run_study("s", preset="tiny2", workers=0)["wall_seconds"] == 0.0
+    df = study.load_results("s", preset="tiny2")
+    assert {"drope, from rope", "fire", "kerple, log"} <= set(df["scheme"])
