@@ -99,6 +99,7 @@ study: $(STAMP)
 	$(BIN)/python -m posenc.experiments.pretrained_study
 	$(BIN)/python -m posenc.experiments.remap_study
 	$(BIN)/python -m posenc.experiments.vit_study
+	$(BIN)/python -m posenc.experiments.study --preset cpu2
 
 study-verify: $(STAMP)
 	$(BIN)/python -m posenc.experiments.study --verify --preset cpu

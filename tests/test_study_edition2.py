@@ -13,6 +13,7 @@ import posenc.experiments.study as study
 import posenc.experiments.study_grid as study_grid
 from posenc.alibi import alibi_slopes
 from posenc.experiments import probes
+from posenc.layers.model import TinyLM
 from posenc.rope import base_lower_bound
 from posenc.schemes import chapter_schemes
 
@@ -38,9 +39,11 @@ def test_the_second_editions_model_has_the_heads_and_layers_the_review_asked_for
     # ALiBi's slopes at 4 heads: 1/4 … 1/256, without the paper's steepest 1/2
     slopes = alibi_slopes(model["num_heads"])
     assert torch.allclose(slopes, torch.tensor([1 / 4, 1 / 16, 1 / 64, 1 / 256]))
-    assert 1 / 2 not in slopes.tolist() and 1 / 2 in alibi_slopes(8).tolist()
-    # RoPE: head_dim / 2 = 16 frequency pairs
-    assert head_dim // 2 == 16
+    assert 1 / 2 in alibi_slopes(8).tolist()
+    # RoPE's frequency pairs per head, as the model builds them
+    rope_cfg, _ = study_grid.StudyRun("lm", "rope", "rope", "{}", 0, 64, 1e-2,
+                                      "cpu2").configs()
+    assert TinyLM(rope_cfg).blocks[0].attn.scheme.inv_freq.numel() == 16
     assert study_grid.edition("cpu2") == 2 and study_grid.edition("cpu") == 1
 
 
@@ -76,26 +79,38 @@ def test_the_second_editions_grid():
     wanted = {(b, n) for b in (1e2, 1e3, 1e4, 1e5) for n in (32, 64, 128)}
     assert bases == wanted - {(1e4, L)}
     assert study_grid.base_label(1e2) == "rope, base = 1e2"
-    # each length's base bound (Men et al.) falls between two swept bases
-    for n in (32, 64, 128):
-        bound = base_lower_bound(32, n)
-        assert any(b < bound for b, _ in wanted) and any(b > bound for b, _ in wanted)
+    # Men et al.'s bound at each length falls between two swept bases, so the sweep
+    # has a base below and above it: 1e2 < b(32), b(64) < 1e3 < b(128) < 1e4
+    b32, b64, b128 = (base_lower_bound(32, n) for n in (32, 64, 128))
+    assert 1e2 < b32 < b64 < 1e3 < b128 < 1e4
+    # and it is probed (retrieval, as the paper tests the bound) at L, seed 0
+    probed = {r.scheme_options.get("base") for r in runs if r.kind == "probe"
+              and r.label.startswith("rope, base")}
+    assert probed == {1e2, 1e3, 1e5}
     # randomized positions over [0, 8L); DroPE from each RoPE seed
     rp = [r for r in runs if r.label == "rope, random positions"]
     assert {r.configs()[1].random_positions for r in rp} == {8 * L}
     assert {r.seed for r in rp} == set(preset["seeds"])
+    # DroPE from each RoPE seed, and its control (the same steps, the encoding kept)
     drop = [r for r in runs if r.label == "drope, from rope"]
-    assert {r.seed for r in drop} == set(preset["seeds"])
-    keys = {r.key(CORPUS) for r in runs}
-    assert len(keys) == len({(r.kind, r.key(CORPUS)) for r in runs})
-    for run in drop:
+    kept = [r for r in runs if r.label == "rope, continued"]
+    assert {r.seed for r in drop} == {r.seed for r in kept} == set(preset["seeds"])
+    rope = {r.seed: r for r in runs if r.kind == "lm" and r.label == "rope"}
+    for run in drop + kept:
+        assert run.drops_encoding == (run in drop)
         recal = run.recalibration_config()
         assert recal.seed == run.seed + study_grid.DROPE_SEED_OFFSET
         assert recal.steps == preset["drope"]["steps"]
-        source = study_grid.StudyRun("lm", "rope", "rope", "{}", run.seed, L, run.lr,
-                                     "cpu2")
-        assert run.configs() == source.configs() and run.key(CORPUS) != source.key(
-            CORPUS)
+        assert recal.lr == pytest.approx(lrs["rope"] * preset["drope"]["lr_ratio"])
+        # its source is RoPE's main run of the same seed: the same training
+        source = rope[run.seed]
+        assert run.configs() == source.configs()
+        assert run.key(CORPUS) != source.key(CORPUS)
+    assert len({r.key(CORPUS) for r in drop + kept}) == 2 * len(preset["seeds"])
+    # one key per run but the probed labels' seed-0 runs at their best rate, which
+    # the sweep and the main grid share
+    keys = {r.key(CORPUS) for r in runs}
+    assert len(keys) == len(runs) - len(preset["probe_schemes"])
     # no 256-token rows, no Kerple power kernel, no CoPE (the budget's cuts)
     assert {r.train_length for r in runs} == {32, 64, 128}
     assert "cope" not in {r.scheme for r in runs}
@@ -110,18 +125,29 @@ def test_the_new_fields_leave_the_first_editions_keys_unchanged():
     assert run.key(CORPUS) == PINNED_KEY
 
 
-def test_the_probe_rate_is_the_one_with_the_highest_mean_accuracy():
+def test_the_probe_rate_is_the_one_that_learned_the_most_probes():
+    """Learned (halfway from the floor to 1) counts first, then the mean accuracy above
+    the floor as a share of what is above it, then the lower rate."""
     runs = [r for r in study_grid.sweep_runs("cpu2") if r.kind == "probe"]
+    floor = {task: probes.probe_floor(task) for task in probes.PROBES}
+    learned = {task: f + 0.6 * (1 - f) for task, f in floor.items()}
+    half = {task: f + 0.3 * (1 - f) for task, f in floor.items()}
+    # 1e-3 learns one probe (copy) and no more; 3e-3 learns none, but is higher on
+    # average above the floors: the count decides
+    one = {**{t: floor[t] for t in probes.PROBES}, "copy": learned["copy"]}
+    by_rate = {"alibi": {1e-3: one, 3e-3: half},
+               "rope": {1e-3: half, 3e-3: learned},
+               "none": {1e-3: half, 3e-3: half}}  # a tie: the lower rate
     records = {}
-    accuracy = {1e-3: 0.4, 3e-3: 0.6}
     for run in runs:
-        acc = accuracy[run.lr] if run.label != "none" else 0.5  # ties → lower rate
+        acc = by_rate.get(run.label, by_rate["rope"])[run.lr]
         records[run.key(CORPUS)] = {"rows": [
-            {"task": task, "metric": "accuracy", "eval_length": 64, "value": acc}
+            {"task": task, "metric": "accuracy", "eval_length": 64, "value": acc[task]}
             for task in probes.PROBES
         ] + [{"task": "copy", "metric": "accuracy", "eval_length": 128, "value": 1.0}]}
+    assert sum(one.values()) / 3 < sum(half.values()) / 3
     best = study_grid.best_probe_rates(records, "cpu2", CORPUS)
-    assert best.pop("none") == 1e-3
+    assert (best.pop("alibi"), best.pop("none")) == (1e-3, 1e-3)
     assert set(best.values()) == {3e-3}
     records.pop(runs[0].key(CORPUS))
     with pytest.raises(KeyError, match="missing"):
@@ -146,9 +172,11 @@ def tiny_edition2(monkeypatch, tmp_path):
             "sweep_block_every": 4096,
             "probe_steps": 2,
             "probe_sequences": 2,
-            "probe_schemes": ("fire",),
-            "base_sweep": {"bases": (1e2, 1e4), "lengths": (48, 96), "seeds": (0,)},
-            "drope": {"schemes": ("rope",), "steps": 2, "warmup_steps": 1},
+            "probe_schemes": ("rope",),
+            "base_sweep": {"bases": (1e2, 1e4), "lengths": (48, 96), "seeds": (0,),
+                           "probe_length": 48},
+            "drope": {"schemes": ("rope",), "steps": 2, "warmup_steps": 1,
+                      "lr_ratio": 0.5},
         },
     )
     monkeypatch.setattr(study, "results_dir", lambda name="x": tmp_path / name)
@@ -163,9 +191,9 @@ def test_a_tiny_second_edition_runs_end_to_end(tiny_edition2):
     folder = tiny_edition2 / "s-tiny2"
     records = [json.loads(f.read_text()) for f in folder.glob("*.json")]
     # sweep: 3 labels × 2 rates + 1 probed × 2 rates; main: 3 × 2 seeds lm, 1 probed ×
-    # 2 seeds (seed 0 stored by the sweep), base sweep 3, random positions 2, DroPE 2
-    assert first["runs"] == 6 + 2 + 6 + 2 + 3 + 2 + 2
-    assert len(records) == first["runs"] - 1
+    # seed 1 (seed 0 is the sweep's), base sweep 3 lm + 1 probe, random positions 2,
+    # DroPE 2 and its control 2
+    assert first["runs"] == len(records) == 6 + 2 + 6 + 1 + 4 + 2 + 2 + 2
     by_label = {}
     for rec in records:
         by_label.setdefault(rec["run"]["label"], []).append(rec)
@@ -174,6 +202,9 @@ def test_a_tiny_second_edition_runs_end_to_end(tiny_edition2):
         assert rec["recalibration"]["steps"] == 2
         assert rec["recalibration"]["seed"] == rec["run"]["seed"] + 1000
         assert rec["source_from_cache"]  # its source is RoPE's own stored run
+    for rec in by_label["rope, continued"]:
+        assert rec["evaluated_scheme"] == "rope" and rec["source_from_cache"]
+        assert rec["recalibration"]["lr"] == pytest.approx(rec["run"]["lr"] / 2)
     for rec in by_label["rope, random positions"]:
         assert rec["train"]["random_positions"] == 8 * 48
     assert {rec["run"]["train_length"] for rec in by_label["rope, base = 1e2"]} == {
@@ -181,4 +212,13 @@ def test_a_tiny_second_edition_runs_end_to_end(tiny_edition2):
     assert {rec["run"]["train_length"] for rec in by_label["rope, base = 1e4"]} == {96}
     assert study.run_study("s", preset="tiny2", workers=0)["wall_seconds"] == 0.0
     df = study.load_results("s", preset="tiny2")
-    assert {"drope, from rope", "fire", "kerple, log"} <= set(df["scheme"])
+    assert {"drope, from rope", "rope, continued", "fire", "kerple, log"} <= set(
+        df["scheme"])
+    # one value per scheme, seed, length, task and metric among the main runs; the
+    # probe rate not chosen is kind "probe_sweep"
+    main = df[df["kind"].isin(["lm", "probe"])]
+    cell = ["scheme", "seed", "train_length", "eval_length", "task", "metric"]
+    assert not main.duplicated(cell).any()
+    probed = df[(df["scheme"] == "rope") & (df["task"] != "language_modeling")]
+    assert set(probed["kind"]) == {"probe", "probe_sweep"}
+    assert probed[probed["kind"] == "probe_sweep"]["seed"].eq(0).all()

@@ -19,14 +19,15 @@ The study's parts each have a module: the grid (:mod:`posenc.experiments.study_g
 the probes (:mod:`posenc.experiments.probes`), the language-modelling evaluation
 (:mod:`posenc.experiments.lm_evaluation`), the statistics
 (:mod:`posenc.experiments.stats`) and the prose quotes (:mod:`posenc.book.quotes`); the
-stored-results protocol is :mod:`posenc.experiments.store`'s. This module runs one cell,
-the grid and the check, and loads the stored study (:func:`load_records`,
-:func:`load_results`); a chapter imports each part's names from its own module.
+stored-results protocol is :mod:`posenc.experiments.store`'s, and one cell is trained
+and scored by :mod:`posenc.experiments.study_cell`. This module runs the grid and the
+check, and loads the stored study (:func:`load_records`, :func:`load_results`); a
+chapter imports each part's names from its own module.
 
 The design, the protocols and the statistics are explained in the chapter "Length
 generalization: a controlled study". Usage::
 
-    python -m posenc.experiments.study [--preset cpu|gpu] [--workers N] [--list]
+    python -m posenc.experiments.study [--preset cpu|cpu2|gpu] [--workers N] [--list]
     python -m posenc.experiments.study --executor slurm --partition NAME [--time-min M]
     python -m posenc.experiments.study --check [--preset cpu|gpu]
 
@@ -39,7 +40,6 @@ import argparse
 import os
 import sys
 import time
-from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 
@@ -47,18 +47,14 @@ import torch
 
 from . import executor as dispatch
 from . import store
-from ..layers.data import Corpus
-from ..layers.drope import drope
-from ..layers.model import TinyLM
-from ..layers.train import fit, scheme_arguments, tqdm, train
-from ..utils import get_device, seed_everything, usable_cpus
-from .lm_evaluation import window_losses
-from .probes import PROBES, probe_accuracy, probe_batch
+from ..layers.train import tqdm
+from ..utils import usable_cpus
 from .store import StaleResultsError, results_dir
+from .study_cell import execute
 from .study_grid import (
-    MULTIPLES,
     PRESETS,
     StudyRun,
+    best_probe_rates,
     planned_runs,
     stored_corpus,
     study_corpus,
@@ -80,133 +76,6 @@ COMMAND = "python -m posenc.experiments.study"
 CHECK_TOLERANCE = {"loss": 0.02, "accuracy": 0.05}
 #: The probes whose accuracy the reproduction check compares (see above).
 CHECK_PROBE_TASKS = ("copy", "passkey")
-
-
-# --- running one cell -----------------------------------------------------------
-
-
-def _curve(losses: list[float], every: int = 10) -> list[float]:
-    """Training losses averaged over consecutive groups of ``every`` steps."""
-    return [
-        round(sum(losses[i : i + every]) / len(losses[i : i + every]), 4)
-        for i in range(0, len(losses), every)
-    ]
-
-
-def _probe_run(run, model_cfg, train_cfg, device, rows) -> tuple[list, float]:
-    """Train a fresh model on the probes and append its accuracies to ``rows``;
-    returns the training losses and seconds."""
-    generator = seed_everything(train_cfg.seed)
-    model = TinyLM(model_cfg).to(device)
-    tasks = sorted(PROBES)
-    step = iter(range(10**9))
-
-    def next_batch():
-        task = tasks[next(step) % len(tasks)]
-        x, y, _ = probe_batch(
-            task, train_cfg.batch_size, train_cfg.seq_len, generator=generator
-        )
-        return x.to(device), y.to(device)
-
-    losses, train_seconds = fit(model, train_cfg, next_batch, progress=False)
-    limit = model.max_positions
-    sequences = run.evaluation()["sequences"]
-    for m in MULTIPLES:
-        E = m * run.train_length
-        if limit is not None and E > limit:
-            continue
-        for task in tasks:
-            for metric, value in probe_accuracy(
-                model, task, E, sequences=sequences
-            ).items():
-                rows.append(_row(task, metric, E, value))
-    return losses, train_seconds
-
-
-def _language_modelling_run(
-    run, model_cfg, train_cfg, corpus, device, rows, extra
-) -> tuple[list, float]:
-    """Train (or load) the run's model — for a DroPE run, its source, dropped and
-    recalibrated — score it on the validation split, and append the losses to
-    ``rows`` and what else the record keeps to ``extra``; returns the training losses
-    and seconds."""
-    result = train(model_cfg, train_cfg, corpus, device=device, progress=False)
-    recal_cfg = run.recalibration_config()
-    if recal_cfg is not None:
-        extra["source_from_cache"] = result.from_cache
-        result = drope(result, recal_cfg, corpus, device=device, progress=False)
-        extra["recalibration"] = recal_cfg.to_dict()
-        extra["evaluated_scheme"] = result.model.config.scheme
-    extra["weights_from_cache"] = result.from_cache
-    spec = run.evaluation()
-    scores = window_losses(
-        result.model,
-        corpus.val_documents(),
-        run.train_length,
-        spec["multiples"],
-        block_every=spec["block_every"],
-    )
-    for protocol in ("sliding", "matched"):
-        for E, value in scores[protocol].items():
-            rows.append(_row("language_modeling", f"loss_{protocol}", E, value))
-    extra.update({k: scores[k] for k in ("blocks", "matched_blocks", "bytes")})
-    if run.kind == "lm":
-        extra["position_loss"] = [round(v, 4) for v in scores["position"]]
-    return result.losses, result.seconds
-
-
-def execute(run: StudyRun, corpus: Corpus | None = None, *, device=None) -> dict:
-    """Train and score one cell of the grid; the record :func:`run_study` stores.
-
-    Language-modelling runs go through :func:`posenc.layers.train.train` (their weights
-    are cached like the book's); a DroPE run (:attr:`StudyRun.recalibration`) trains
-    its source so, then drops its encoding and recalibrates it
-    (:func:`posenc.layers.drope.drope`) and scores the recalibrated model; probe runs
-    train on :func:`probe_batch` and are not cached.
-    """
-    corpus = corpus if corpus is not None else study_corpus()
-    device = torch.device(device) if device is not None else get_device()
-    model_cfg, train_cfg = run.configs()
-    start = time.perf_counter()
-    rows: list[dict] = []
-    extra: dict = {}
-    if run.kind == "probe":
-        losses, train_seconds = _probe_run(run, model_cfg, train_cfg, device, rows)
-    else:
-        losses, train_seconds = _language_modelling_run(
-            run, model_cfg, train_cfg, corpus, device, rows, extra
-        )
-    return {
-        "key": run.key(corpus),
-        "run": asdict(run),
-        "model": {
-            **model_cfg.to_dict(),
-            "scheme_options": scheme_arguments(model_cfg),
-            "head_dim": model_cfg.d_model // model_cfg.num_heads,
-        },
-        "train": train_cfg.to_dict(),
-        "evaluation": run.evaluation(),
-        "corpus": [corpus.name, corpus.fingerprint],
-        "parameters": TinyLM(model_cfg).num_parameters(),
-        "rows": rows,
-        "train_loss": _curve(losses),
-        **extra,
-        "provenance": {
-            **store.provenance(),
-            "device": str(device),
-            "train_seconds": round(train_seconds, 2),
-            "wall_seconds": round(time.perf_counter() - start, 2),
-        },
-    }
-
-
-def _row(task: str, metric: str, eval_length: int, value: float) -> dict:
-    return {
-        "task": task,
-        "metric": metric,
-        "eval_length": int(eval_length),
-        "value": float(value),
-    }
 
 
 # --- the stored study -----------------------------------------------------------------
@@ -262,8 +131,9 @@ def _execute_all(runs, folder: Path, corpus, workers, device, desc, executor):
         return 0.0
     start = time.perf_counter()
     bar = tqdm(total=len(todo), desc=desc, unit="run", file=sys.stdout)
-    # the slowest cells first, so that the processes finish together; DroPE's last,
-    # after the runs that train their sources
+    # the slowest cells first, so that the processes finish together; runs that train
+    # on from a source last (train()'s file lock makes one wait for a source another
+    # process is training, rather than train it twice)
     todo.sort(key=lambda r: (bool(r.recalibration), r.kind != "lm", -r.train_length))
 
     def save(run: StudyRun, record: dict) -> None:
@@ -388,10 +258,12 @@ def load_results(
     ``task`` ("language_modeling" or a probe of :data:`PROBES`), ``metric``
     (``loss_sliding`` and ``loss_matched`` in nats per byte, ``accuracy`` and
     ``accuracy_depth_*`` as proportions), ``value``, and ``kind`` ("sweep", "lm",
-    "probe"), ``lr``, ``parameters``, ``key``.
+    "probe", or in the second edition "probe_sweep" for a probed label's seed-0 run at
+    the rate not chosen), ``lr``, ``parameters``, ``key``.
 
     Args:
-        name: the study. preset: ``"cpu"`` (the stored study) or ``"gpu"``.
+        name: the study. preset: ``"cpu"`` (the stored study the book reads), ``"gpu"``
+            or ``"cpu2"`` (the second edition).
         strict: raise when the grid is not fully stored; False returns what is.
 
     Raises:
@@ -399,9 +271,18 @@ def load_results(
     """
     import pandas as pd
 
+    records = load_records(name, preset=preset, strict=strict)
+    stored = _stored(name, preset)
+    try:
+        probe_lrs = best_probe_rates(stored, preset, stored_corpus(stored))
+    except KeyError:  # a second edition whose probe sweep is not all stored yet
+        probe_lrs = {}
     rows = []
-    for rec in load_records(name, preset=preset, strict=strict):
+    for rec in records:
         run = rec["run"]
+        kind = run["kind"]
+        if kind == "probe" and probe_lrs.get(run["label"], run["lr"]) != run["lr"]:
+            kind = "probe_sweep"
         for row in rec["rows"]:
             if run["kind"] == "sweep" and row["metric"] != "loss_sliding":
                 continue  # at E = L every block is "matched": the same number again
@@ -411,7 +292,7 @@ def load_results(
                     "seed": run["seed"],
                     "train_length": run["train_length"],
                     **row,
-                    "kind": run["kind"],
+                    "kind": kind,
                     "lr": run["lr"],
                     "parameters": rec["parameters"],
                     "key": rec["key"],

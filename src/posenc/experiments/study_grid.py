@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from ..layers.data import Corpus, load_stdlib_corpus
 from ..layers.model import LAYER_PRESETS, ModelConfig, layer_preset
-from .probes import PROBES
+from .probes import PROBES, probe_floor, probe_learned
 from ..schemes import chapter_schemes
 from ..layers.train import TrainConfig, cache_key, scheme_arguments
 
@@ -79,16 +79,20 @@ PRESETS: dict[str, dict] = {
         "probe_sequences": 192,
         "edition": 2,
         "probe_learning_rates": (1e-3, 3e-3),
-        "probe_schemes": (
-            "none", "rope", "alibi", "t5", "deberta", "fire", "kerple, log"
-        ),
+        "probe_schemes": ("none", "rope", "alibi", "deberta", "fire", "kerple, log"),
         "base_sweep": {
             "bases": (1e2, 1e3, 1e4, 1e5),
             "lengths": (32, 64, 128),
             "seeds": (0,),
+            "probe_length": 64,
         },
         "random_positions": {"schemes": ("rope",), "multiple": 8},
-        "drope": {"schemes": ("rope",), "steps": 100, "warmup_steps": 10},
+        "drope": {
+            "schemes": ("rope",),
+            "steps": 100,
+            "warmup_steps": 10,
+            "lr_ratio": 1 / 3,
+        },
     },
 }
 
@@ -189,10 +193,12 @@ class StudyRun:
             text, or "" for a uniform model.
         train_options: fields of :class:`~posenc.layers.train.TrainConfig` set for this
             run (randomized positions: ``{"random_positions": N}``) as JSON text, or "".
-        recalibration: a DroPE run (:func:`posenc.layers.drope.drope`): the source is
-            this run's model trained as configured, then recalibrated without its
-            encoding for these TrainConfig fields (JSON text: steps, warmup_steps);
-            "" for every other run.
+        recalibration: a run that trains on from this run's model trained as
+            configured (its source), as JSON text: ``steps``, ``warmup_steps``,
+            ``lr_ratio`` (the rate is the source's times this) and ``drop`` (true:
+            DroPE, :func:`posenc.layers.drope.drope`, recalibrated without the
+            encoding; false: its control, the same steps with the encoding kept); ""
+            for every other run.
     """
 
     kind: str
@@ -240,16 +246,25 @@ class StudyRun:
         return model_cfg, train_cfg
 
     def recalibration_config(self) -> TrainConfig | None:
-        """A DroPE run's recalibration (the source's configuration with the
-        :attr:`recalibration` fields and a seed of its own); None for other runs."""
+        """The training on from the source (:attr:`recalibration`): the source's
+        configuration with its steps, warm-up, rate × ``lr_ratio`` and a seed of its
+        own; None for other runs."""
         if not self.recalibration:
             return None
         _, train_cfg = self.configs()
+        spec = json.loads(self.recalibration)
         return replace(
             train_cfg,
             seed=self.seed + DROPE_SEED_OFFSET,
-            **json.loads(self.recalibration),
+            steps=spec["steps"],
+            warmup_steps=spec["warmup_steps"],
+            lr=train_cfg.lr * spec["lr_ratio"],
         )
+
+    @property
+    def drops_encoding(self) -> bool:
+        """Whether the run is DroPE (its recalibration drops the encoding)."""
+        return bool(self.recalibration) and json.loads(self.recalibration)["drop"]
 
     def evaluation(self) -> dict:
         """What is scored: part of the key, so a changed protocol reruns."""
@@ -283,7 +298,10 @@ class StudyRun:
             "evaluation": self.evaluation(),
         }
         if self.recalibration:
-            payload["recalibration"] = self.recalibration_config().to_dict()
+            payload["recalibration"] = {
+                **self.recalibration_config().to_dict(),
+                "drop": self.drops_encoding,
+            }
         text = json.dumps(payload, sort_keys=True, default=str)
         digest = hashlib.sha256(text.encode()).hexdigest()[:16]
         return f"{self.kind}-{self.scheme}-s{self.seed}-L{self.train_length}-{digest}"
@@ -347,8 +365,9 @@ def sweep_runs(preset: str = "cpu") -> list[StudyRun]:
 
 
 def _best(runs, records, corpus, score) -> dict[str, float]:
-    """``{label: the learning rate of the run with the lowest score}`` over ``runs``;
-    raises KeyError naming a missing run."""
+    """``{label: the learning rate of the run with the lowest score}`` over ``runs``
+    (a score is a number or a tuple; ties go to the earlier run); raises KeyError
+    naming a missing run."""
     best: dict[str, tuple[float, float]] = {}
     for run in runs:
         key = run.key(corpus)
@@ -381,20 +400,26 @@ def best_learning_rates(
 def best_probe_rates(
     records: dict[str, dict], preset: str = "cpu", corpus: Corpus | None = None
 ) -> dict[str, float]:
-    """``{label: the probe learning rate with the highest mean accuracy at L over the
-    probes}`` (second edition; ties go to the lower rate), from the stored seed-0
-    probe runs; ``{}`` for a preset without a probe sweep. Raises KeyError naming a
-    missing run."""
+    """``{label: the probe learning rate whose seed-0 run learned the most probes at
+    L}`` (second edition): learned as :func:`~posenc.experiments.probes.probe_learned`
+    judges it; ties go to the higher mean of accuracy above the floor as a share of
+    what is above it, (a − floor) / (1 − floor), then to the lower rate. ``{}`` for a
+    preset without a probe sweep. Raises KeyError naming a missing run."""
     corpus = corpus if corpus is not None else study_corpus()
     L = PRESETS[preset]["train"]["seq_len"]
 
     def error(rows):
-        hits = [
-            r["value"]
+        at_l = {
+            r["task"]: r["value"]
             for r in rows
             if r["metric"] == "accuracy" and r["eval_length"] == L
+        }
+        learned = sum(probe_learned(a, task) for task, a in at_l.items())
+        above = [
+            (a - probe_floor(task)) / (1 - probe_floor(task))
+            for task, a in at_l.items()
         ]
-        return -sum(hits) / len(hits)
+        return (-learned, -sum(above) / len(above))
 
     return _best(
         [r for r in sweep_runs(preset) if r.kind == "probe"], records, corpus, error
@@ -411,9 +436,10 @@ def _edition2_runs(
 ) -> list[StudyRun]:
     """The second edition's main runs: each swept label's language modelling × seeds
     and each probed label's probes × seeds at their best rates; the RoPE base sweep
-    (each base × each length, RoPE's rate; base 10⁴ at the preset's L is RoPE's own
-    run); randomized positions over [0, multiple · L); DroPE from each seed's trained
-    source."""
+    (each base × each length at RoPE's rate, and the probes at ``probe_length``; base
+    10⁴ at the preset's L is RoPE's own run); randomized positions over
+    [0, multiple · L); DroPE from each seed's trained RoPE model, and its control, the
+    same training on with the encoding kept (``"rope, continued"``)."""
     p = PRESETS[preset]
     L = p["train"]["seq_len"]
     runs = []
@@ -441,6 +467,14 @@ def _edition2_runs(
                 )
                 for s in sweep["seeds"]
             ]
+            if length == sweep["probe_length"]:  # retrieval, as Men et al. test it
+                runs += [
+                    StudyRun(
+                        "probe", base_label(base), "rope", options, s, length,
+                        probe_lrs["rope"], preset,
+                    )
+                    for s in sweep["seeds"]
+                ]
     randomized = p["random_positions"]
     for scheme in randomized["schemes"]:
         extra = json.dumps({"random_positions": randomized["multiple"] * L})
@@ -451,18 +485,22 @@ def _edition2_runs(
             )
             for s in p["seeds"]
         ]
-    drop = p["drope"]
-    recal = json.dumps(
-        {"steps": drop["steps"], "warmup_steps": drop["warmup_steps"]}, sort_keys=True
-    )
-    for scheme in drop["schemes"]:
-        runs += [
-            StudyRun(
-                "lm", f"drope, from {scheme}", scheme, "{}", s, L, lrs[scheme], preset,
-                recalibration=recal,
+    spec = p["drope"]
+    for scheme in spec["schemes"]:
+        labels = {True: f"drope, from {scheme}", False: f"{scheme}, continued"}
+        for drop, label in labels.items():
+            recal = json.dumps(
+                {k: spec[k] for k in ("steps", "warmup_steps", "lr_ratio")}
+                | {"drop": drop},
+                sort_keys=True,
             )
-            for s in p["seeds"]
-        ]
+            runs += [
+                StudyRun(
+                    "lm", label, scheme, "{}", s, L, lrs[scheme], preset,
+                    recalibration=recal,
+                )
+                for s in p["seeds"]
+            ]
     return runs
 
 
@@ -512,7 +550,13 @@ def planned_runs(
     the stored sweep; raises KeyError naming a missing sweep run."""
     lrs = best_learning_rates(records, preset, corpus)
     probe_lrs = best_probe_rates(records, preset, corpus)
-    return sweep_runs(preset) + main_runs(lrs, preset, probe_lrs)
+    runs = sweep_runs(preset) + main_runs(lrs, preset, probe_lrs)
+    corpus = corpus if corpus is not None else study_corpus()
+    # a probed label's seed-0 run at its best rate is also a sweep run: listed once
+    unique: dict[str, StudyRun] = {}
+    for run in runs:
+        unique.setdefault(run.key(corpus), run)
+    return list(unique.values())
 
 
 

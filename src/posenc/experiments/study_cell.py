@@ -1,0 +1,150 @@
+"""One cell of the length-generalization study's grid (:class:`~posenc.experiments.
+study_grid.StudyRun`) trained and scored: :func:`execute` returns the record that
+:mod:`posenc.experiments.study` stores."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+
+import torch
+
+from . import store
+from ..layers.data import Corpus
+from ..layers.drope import drope
+from ..layers.model import TinyLM
+from ..layers.train import fit, scheme_arguments, train
+from ..utils import get_device, seed_everything
+from .lm_evaluation import window_losses
+from .probes import PROBES, probe_accuracy, probe_batch
+from .study_grid import MULTIPLES, StudyRun, study_corpus
+
+
+def _curve(losses: list[float], every: int = 10) -> list[float]:
+    """Training losses averaged over consecutive groups of ``every`` steps."""
+    return [
+        round(sum(losses[i : i + every]) / len(losses[i : i + every]), 4)
+        for i in range(0, len(losses), every)
+    ]
+
+
+def _probe_run(run, model_cfg, train_cfg, device, rows) -> tuple[list, float]:
+    """Train a fresh model on the probes and append its accuracies to ``rows``;
+    returns the training losses and seconds."""
+    generator = seed_everything(train_cfg.seed)
+    model = TinyLM(model_cfg).to(device)
+    tasks = sorted(PROBES)
+    step = iter(range(10**9))
+
+    def next_batch():
+        task = tasks[next(step) % len(tasks)]
+        x, y, _ = probe_batch(
+            task, train_cfg.batch_size, train_cfg.seq_len, generator=generator
+        )
+        return x.to(device), y.to(device)
+
+    losses, train_seconds = fit(model, train_cfg, next_batch, progress=False)
+    limit = model.max_positions
+    sequences = run.evaluation()["sequences"]
+    for m in MULTIPLES:
+        E = m * run.train_length
+        if limit is not None and E > limit:
+            continue
+        for task in tasks:
+            for metric, value in probe_accuracy(
+                model, task, E, sequences=sequences
+            ).items():
+                rows.append(_row(task, metric, E, value))
+    return losses, train_seconds
+
+
+def _language_modelling_run(
+    run, model_cfg, train_cfg, corpus, device, rows, extra
+) -> tuple[list, float]:
+    """Train (or load) the run's model — for a DroPE run, its source, dropped and
+    recalibrated — score it on the validation split, and append the losses to
+    ``rows`` and what else the record keeps to ``extra``; returns the training losses
+    and seconds."""
+    result = train(model_cfg, train_cfg, corpus, device=device, progress=False)
+    recal_cfg = run.recalibration_config()
+    if recal_cfg is not None:
+        extra["source_from_cache"] = result.from_cache
+        if run.drops_encoding:
+            result = drope(result, recal_cfg, corpus, device=device, progress=False)
+        else:  # the control: the same steps with the encoding kept
+            result = train(
+                model_cfg, recal_cfg, corpus, init=result, device=device,
+                progress=False,
+            )
+        extra["recalibration"] = recal_cfg.to_dict()
+        extra["evaluated_scheme"] = result.model.config.scheme
+    extra["weights_from_cache"] = result.from_cache
+    spec = run.evaluation()
+    scores = window_losses(
+        result.model,
+        corpus.val_documents(),
+        run.train_length,
+        spec["multiples"],
+        block_every=spec["block_every"],
+    )
+    for protocol in ("sliding", "matched"):
+        for E, value in scores[protocol].items():
+            rows.append(_row("language_modeling", f"loss_{protocol}", E, value))
+    extra.update({k: scores[k] for k in ("blocks", "matched_blocks", "bytes")})
+    if run.kind == "lm":
+        extra["position_loss"] = [round(v, 4) for v in scores["position"]]
+    return result.losses, result.seconds
+
+
+def execute(run: StudyRun, corpus: Corpus | None = None, *, device=None) -> dict:
+    """Train and score one cell of the grid; the record :func:`run_study` stores.
+
+    Language-modelling runs go through :func:`posenc.layers.train.train` (their weights
+    are cached like the book's); a DroPE run (:attr:`StudyRun.recalibration`) trains
+    its source so, then drops its encoding and recalibrates it
+    (:func:`posenc.layers.drope.drope`) and scores the recalibrated model; probe runs
+    train on :func:`probe_batch` and are not cached.
+    """
+    corpus = corpus if corpus is not None else study_corpus()
+    device = torch.device(device) if device is not None else get_device()
+    model_cfg, train_cfg = run.configs()
+    start = time.perf_counter()
+    rows: list[dict] = []
+    extra: dict = {}
+    if run.kind == "probe":
+        losses, train_seconds = _probe_run(run, model_cfg, train_cfg, device, rows)
+    else:
+        losses, train_seconds = _language_modelling_run(
+            run, model_cfg, train_cfg, corpus, device, rows, extra
+        )
+    return {
+        "key": run.key(corpus),
+        "run": asdict(run),
+        "model": {
+            **model_cfg.to_dict(),
+            "scheme_options": scheme_arguments(model_cfg),
+            "head_dim": model_cfg.d_model // model_cfg.num_heads,
+        },
+        "train": train_cfg.to_dict(),
+        "evaluation": run.evaluation(),
+        "corpus": [corpus.name, corpus.fingerprint],
+        "parameters": TinyLM(model_cfg).num_parameters(),
+        "rows": rows,
+        "train_loss": _curve(losses),
+        **extra,
+        "provenance": {
+            **store.provenance(),
+            "device": str(device),
+            "train_seconds": round(train_seconds, 2),
+            "wall_seconds": round(time.perf_counter() - start, 2),
+        },
+    }
+
+
+def _row(task: str, metric: str, eval_length: int, value: float) -> dict:
+    return {
+        "task": task,
+        "metric": metric,
+        "eval_length": int(eval_length),
+        "value": float(value),
+    }
