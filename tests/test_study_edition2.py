@@ -165,12 +165,12 @@ def tiny_edition2(monkeypatch, tmp_path):
         {
             **study_grid.PRESETS["cpu2"],
             "model": {"d_model": 8, "num_heads": 2, "num_layers": 1},
-            "train": {"seq_len": 48, "batch_size": 2, "steps": 2, "warmup_steps": 1},
+            "train": {"seq_len": 48, "batch_size": 2, "steps": 10, "warmup_steps": 1},
             "seeds": (0, 1),
             "block_every": 512,
             "long_block_every": 512,
             "sweep_block_every": 4096,
-            "probe_steps": 2,
+            "probe_steps": 10,
             "probe_sequences": 2,
             "probe_schemes": ("rope",),
             "base_sweep": {"bases": (1e2, 1e4), "lengths": (48, 96), "seeds": (0,),
@@ -181,6 +181,8 @@ def tiny_edition2(monkeypatch, tmp_path):
     )
     monkeypatch.setattr(study, "results_dir", lambda name="x": tmp_path / name)
     monkeypatch.setattr(study_grid, "chapter_schemes", lambda: ("rope",))
+    monkeypatch.setitem(study.CHECK_PREFIX, "tiny2", {
+        "runs": (("lm", "rope", 0), ("probe", "rope", 0)), "steps": 10})
     monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path / "weights"))
     monkeypatch.delenv("POSENC_REQUIRE_CACHED", raising=False)
     return tmp_path
@@ -222,3 +224,34 @@ def test_a_tiny_second_edition_runs_end_to_end(tiny_edition2):
     probed = df[(df["scheme"] == "rope") & (df["task"] != "language_modeling")]
     assert set(probed["kind"]) == {"probe", "probe_sweep"}
     assert probed[probed["kind"] == "probe_sweep"]["seed"].eq(0).all()
+    # the check: the first 10 steps of RoPE's language modelling and of its probes at
+    # the chosen rate, rerun from scratch, give the stored curve (here in this
+    # process: the workers would not know the tiny preset)
+    rows = study.reproduce_prefix("s", preset="tiny2", workers=0)
+    assert {(r["kind"], r["label"]) for r in rows} == {("lm", "rope"), ("probe", "rope")}
+    assert all(r["ok"] and r["difference"] == 0 for r in rows), rows
+    # a stored curve that is not what the run gives is caught
+    (path,) = [f for f in folder.glob("lm-rope-s0-*.json")
+               if json.loads(f.read_text())["run"]["label"] == "rope"]
+    record = json.loads(path.read_text())
+    record["train_loss"][0] += 2 * study.CHECK_TOLERANCE["loss"]
+    path.write_text(json.dumps(record))
+    bad = [r for r in study.reproduce_prefix("s", preset="tiny2", workers=0)
+           if not r["ok"]]
+    assert [(r["kind"], r["metric"]) for r in bad] == [("lm", "train_loss")]
+
+
+def test_a_training_prefix_is_the_head_of_the_full_run(tiny_edition2):
+    from posenc.experiments.study_cell import execute, training_prefix
+
+    corpus = study_grid.study_corpus()
+    for kind in ("lm", "probe"):
+        run = study_grid.StudyRun(kind, "rope", "rope", "{}", 3, 48, 1e-3, "tiny2")
+        full = execute(run, corpus, device="cpu")["train_loss"]
+        assert training_prefix(run, 10, corpus) == full[:1]
+    with pytest.raises(ValueError, match="multiple of 10"):
+        training_prefix(run, 15, corpus)
+    drop = study_grid.StudyRun("lm", "d", "rope", "{}", 0, 48, 1e-3, "tiny2",
+                               recalibration='{"drop": true}')
+    with pytest.raises(ValueError, match="source"):
+        training_prefix(drop, 10, corpus)

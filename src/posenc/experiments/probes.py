@@ -11,6 +11,7 @@ Shapes:
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -216,6 +217,7 @@ PROBE_FLOORS = {
 }
 
 
+@functools.cache
 def probe_floor(task: str) -> float:
     """The accuracy a model with no positional information can reach on a probe by
     guessing among the answers in its context: the bag guesser's (see the section's

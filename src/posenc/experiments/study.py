@@ -50,7 +50,7 @@ from . import store
 from ..layers.train import tqdm
 from ..utils import usable_cpus
 from .store import StaleResultsError, results_dir
-from .study_cell import execute
+from .study_cell import execute, training_prefix
 from .study_grid import (
     PRESETS,
     StudyRun,
@@ -351,6 +351,21 @@ def _compared(run: StudyRun, stored: dict, fresh: dict) -> list[dict]:
     return out
 
 
+def _reproducible(name: str, records: dict[str, dict]):
+    """This Python's study corpus, after checking that the stored records were
+    computed on it; raises StaleResultsError naming both corpora otherwise."""
+    corpus = study_corpus()
+    if stored_corpus(records).fingerprint != corpus.fingerprint:
+        raise StaleResultsError(
+            f"the stored study {name!r} was computed on the corpus "
+            f"{stored_corpus(records)} (Python "
+            f"{next(iter(records.values()))['provenance']['python']}); this Python's "
+            f"standard library gives {corpus.name} {corpus.fingerprint}: the results "
+            "cannot be reproduced here (run `make study` to recompute them)"
+        )
+    return corpus
+
+
 def reproduce(
     name: str = "length_generalization",
     *,
@@ -375,15 +390,7 @@ def reproduce(
             on another corpus (another Python's standard library).
     """
     records = {r["key"]: r for r in load_records(name)}
-    corpus = study_corpus()
-    if stored_corpus(records).fingerprint != corpus.fingerprint:
-        raise StaleResultsError(
-            f"the stored study {name!r} was computed on the corpus "
-            f"{stored_corpus(records)} (Python "
-            f"{next(iter(records.values()))['provenance']['python']}); this Python's "
-            f"standard library gives {corpus.name} {corpus.fingerprint}: the results "
-            "cannot be reproduced here (run `make study` to recompute them)"
-        )
+    corpus = _reproducible(name, records)
     wanted = []
     for rec in records.values():
         run = StudyRun(**rec["run"])
@@ -397,6 +404,71 @@ def reproduce(
     out = []
     for run, new in zip(wanted, fresh, strict=True):
         out += _compared(run, records[run.key(corpus)]["rows"], new["rows"])
+    return out
+
+
+#: The second edition's sample (``--check --preset cpu2``). One of its runs takes about
+#: 9 minutes of process time, longer than the whole check may, so the check reruns the
+#: first ``steps`` steps of each listed run (kind, label, seed; a probe at its chosen
+#: rate) from scratch and requires its stored training curve (means over 10 steps)
+#: back within ``CHECK_TOLERANCE["loss"]``: the same initialisation, data order and
+#: schedule, reproduced in part (:func:`posenc.experiments.study_cell.training_prefix`).
+CHECK_PREFIX = {
+    "cpu2": {"runs": (("lm", "rope", 0), ("probe", "rope", 0)), "steps": 100},
+}
+
+
+def _prefix_cell(run: StudyRun, steps: int, device: str) -> list[float]:
+    return training_prefix(run, steps, study_corpus(), device=device)
+
+
+def reproduce_prefix(
+    name: str = "length_generalization",
+    *,
+    preset: str = "cpu2",
+    workers: int | None = None,
+    device: str = "cpu",
+    threads: int = 1,
+) -> list[dict]:
+    """Rerun the first steps of :data:`CHECK_PREFIX`'s runs of ``preset`` from scratch
+    and compare their training curve with the stored one: in ``workers`` fresh
+    processes (default: one per run, at most the usable cores), or in this one (0).
+
+    Returns:
+        One dict per compared 10-step mean (:func:`posenc.experiments.store.compare`).
+
+    Raises:
+        KeyError: a preset without a prefix sample. StaleResultsError: as
+            :func:`reproduce`.
+    """
+    spec = CHECK_PREFIX[preset]
+    records = {r["key"]: r for r in load_records(name, preset=preset)}
+    _reproducible(name, records)
+    probe_lrs = best_probe_rates(records, preset, stored_corpus(records))
+    wanted = []
+    for rec in records.values():
+        run = StudyRun(**rec["run"])
+        chosen = run.kind != "probe" or probe_lrs.get(run.label, run.lr) == run.lr
+        if (run.kind, run.label, run.seed) in spec["runs"] and chosen:
+            wanted.append((run, rec["train_loss"]))
+    steps, n = spec["steps"], len(wanted)
+    cells = ([r for r, _ in wanted], [steps] * n, [device] * n)
+    if workers == 0:
+        fresh = list(map(_prefix_cell, *cells))
+    else:
+        workers = workers or max(1, min(n, usable_cpus()))
+        with store.worker_pool(workers, threads) as pool:
+            fresh = list(pool.map(_prefix_cell, *cells))
+    out = []
+    for (run, curve), new in zip(wanted, fresh, strict=True):
+        for i, value in enumerate(new):
+            out.append(
+                store.compare(
+                    curve[i], value, CHECK_TOLERANCE["loss"], kind=run.kind,
+                    label=run.label, task="training", metric="train_loss",
+                    eval_length=f"steps {10 * i + 1}-{10 * i + 10}",
+                )
+            )
     return out
 
 
@@ -467,13 +539,22 @@ def _list(name: str, preset: str) -> int:
     return 0
 
 
-def _check(name: str, device: str, threads: int) -> int:
+def _check(name: str, preset: str, device: str, threads: int) -> int:
     start = time.perf_counter()
-    rows = reproduce(name, device=device, threads=threads)
+    if preset in CHECK_PREFIX:
+        rows = reproduce_prefix(name, preset=preset, device=device, threads=threads)
+        sample = f"the first {CHECK_PREFIX[preset]['steps']} steps of " + ", ".join(
+            " ".join(map(str, r)) for r in CHECK_PREFIX[preset]["runs"]
+        )
+    elif preset == "cpu":
+        rows = reproduce(name, device=device, threads=threads)
+        sample = f"{len(CHECK_RUNS)} runs"
+    else:
+        raise ValueError(f"--check has no sample for preset {preset!r}")
     worst = max(abs(r["difference"]) for r in rows)
     return store.report(
         rows,
-        f"reproduced {len(rows)} stored values of {len(CHECK_RUNS)} runs in "
+        f"reproduced {len(rows)} stored values of {sample} in "
         f"{time.perf_counter() - start:.0f} s; largest difference {worst:.2e}",
     )
 
@@ -502,7 +583,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{sum(r['provenance']['wall_seconds'] for r in records):.0f} s of "
             "process time when computed"
         ),
-        lambda: _check(args.name, device, args.threads),
+        lambda: _check(args.name, preset, device, args.threads),
     )
     if status is not None:
         return status

@@ -13,7 +13,7 @@ from . import store
 from ..layers.data import Corpus
 from ..layers.drope import drope
 from ..layers.model import TinyLM
-from ..layers.train import fit, scheme_arguments, train
+from ..layers.train import fit, scheme_arguments, train, train_prefix
 from ..utils import get_device, seed_everything
 from .lm_evaluation import window_losses
 from .probes import PROBES, probe_accuracy, probe_batch
@@ -28,9 +28,9 @@ def _curve(losses: list[float], every: int = 10) -> list[float]:
     ]
 
 
-def _probe_run(run, model_cfg, train_cfg, device, rows) -> tuple[list, float]:
-    """Train a fresh model on the probes and append its accuracies to ``rows``;
-    returns the training losses and seconds."""
+def _train_on_probes(model_cfg, train_cfg, device, stop_after=None):
+    """A fresh model trained on the probe mixture (all of ``train_cfg``'s steps, or the
+    first ``stop_after``): ``(model, losses, seconds)``."""
     generator = seed_everything(train_cfg.seed)
     model = TinyLM(model_cfg).to(device)
     tasks = sorted(PROBES)
@@ -43,7 +43,17 @@ def _probe_run(run, model_cfg, train_cfg, device, rows) -> tuple[list, float]:
         )
         return x.to(device), y.to(device)
 
-    losses, train_seconds = fit(model, train_cfg, next_batch, progress=False)
+    losses, seconds = fit(
+        model, train_cfg, next_batch, progress=False, stop_after=stop_after
+    )
+    return model, losses, seconds
+
+
+def _probe_run(run, model_cfg, train_cfg, device, rows) -> tuple[list, float]:
+    """Train a fresh model on the probes and append its accuracies to ``rows``;
+    returns the training losses and seconds."""
+    model, losses, train_seconds = _train_on_probes(model_cfg, train_cfg, device)
+    tasks = sorted(PROBES)
     limit = model.max_positions
     sequences = run.evaluation()["sequences"]
     for m in MULTIPLES:
@@ -148,3 +158,30 @@ def _row(task: str, metric: str, eval_length: int, value: float) -> dict:
         "eval_length": int(eval_length),
         "value": float(value),
     }
+
+
+def training_prefix(
+    run: StudyRun, steps: int, corpus: Corpus | None = None, *, device="cpu"
+) -> list[float]:
+    """The first ``steps`` steps of a run's training, from scratch (never cached), as
+    its record keeps them: means over 10 steps (the record's ``train_loss``). A run
+    too long to repeat in a test is reproduced in part this way.
+
+    Raises:
+        ValueError: a run that trains on from a source (DroPE and its control), or
+            ``steps`` not a positive multiple of 10 within the run's steps.
+    """
+    if run.recalibration:
+        raise ValueError(f"run {run.label!r} trains on from a source: no prefix")
+    model_cfg, train_cfg = run.configs()
+    if steps % 10 or not 10 <= steps <= train_cfg.steps:
+        raise ValueError(
+            f"steps must be a multiple of 10 in 10 … {train_cfg.steps}, got {steps}"
+        )
+    device = torch.device(device)
+    if run.kind == "probe":
+        _, losses, _ = _train_on_probes(model_cfg, train_cfg, device, stop_after=steps)
+    else:
+        corpus = corpus if corpus is not None else study_corpus()
+        losses = train_prefix(model_cfg, train_cfg, corpus, steps=steps, device=device)
+    return _curve(losses)

@@ -37,15 +37,21 @@ from .._checks import check_int
 from .data import (
     MAX_RANDOM_POSITION,
     Corpus,
-    eval_windows,
     get_batch,
     load_stdlib_corpus,
     random_positions,
 )
-from .losses import batched_losses, rows_per_batch
+from .evaluation import (  # re-exported: scoring lived here first
+    EVAL_BATCH_TOKENS,
+    EvalResult,
+    evaluate,
+    loss_by_position,
+    perplexity_by_length,
+    token_losses,
+)
 from .model import ModelConfig, TinyLM
 from ..schemes import get_scheme_class
-from ..utils import cpu_float64, get_device, seed_everything
+from ..utils import get_device, seed_everything
 
 #: When this environment variable is "1", :func:`train` loads from the cache or raises:
 #: the book's build (the Makefile) sets it, so that a notebook cell never trains
@@ -420,6 +426,7 @@ def fit(
     *,
     progress: bool = True,
     desc: str = "train",
+    stop_after: int | None = None,
 ) -> tuple[list[float], float]:
     """The optimisation loop every training run shares: AdamW (decay on the weight
     matrices only), linear warm-up then cosine decay (:func:`_lr_at`), gradient
@@ -437,6 +444,8 @@ def fit(
             ``cfg.random_positions`` is set: the model is then called as
             ``model(x, positions)``.
         progress: show the bar. desc: its label.
+        stop_after: run only the first this many steps of ``cfg``'s schedule (a
+            partial reproduction, :func:`train_prefix`); None runs them all.
 
     Returns:
         ``(loss at every step, wall seconds)``.
@@ -445,7 +454,8 @@ def fit(
     losses: list[float] = []
     start = time.perf_counter()
     model.train()
-    bar = tqdm(range(cfg.steps), desc=desc, disable=not progress, mininterval=1.0)
+    steps = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
+    bar = tqdm(range(steps), desc=desc, disable=not progress, mininterval=1.0)
     for step in bar:
         for group in opt.param_groups:
             group["lr"] = _lr_at(step, cfg)
@@ -469,8 +479,48 @@ def fit(
     return losses, time.perf_counter() - start
 
 
+def train_prefix(
+    model_config: ModelConfig,
+    train_config: TrainConfig,
+    corpus: Corpus | None = None,
+    *,
+    steps: int,
+    device: torch.device | str | None = None,
+) -> list[float]:
+    """The training losses of the first ``steps`` steps of :func:`train` with these
+    configurations, computed from scratch and never cached: the same initialisation,
+    batches and learning-rate schedule, stopped early. A run too long to repeat in a
+    test is reproduced in part this way (``python -m posenc.experiments.study --check
+    --preset cpu2``).
+
+    Returns:
+        ``steps`` losses (nats per byte), as :attr:`TrainResult.losses` begins.
+
+    Raises:
+        ValueError: ``steps`` not an integer in 1 … ``train_config.steps``.
+    """
+    check_int("steps", steps)
+    if not 1 <= steps <= train_config.steps:
+        raise ValueError(
+            f"steps must lie in 1 … train_config.steps ({train_config.steps}), got "
+            f"{steps}"
+        )
+    corpus = corpus if corpus is not None else load_stdlib_corpus()
+    device = torch.device(device) if device is not None else get_device()
+    return _train(
+        model_config, train_config, corpus, device, "", False, stop_after=steps
+    ).losses
+
+
 def _train(
-    model_config, cfg: TrainConfig, corpus: Corpus, device, key, progress, init=None
+    model_config,
+    cfg: TrainConfig,
+    corpus: Corpus,
+    device,
+    key,
+    progress,
+    init=None,
+    stop_after=None,
 ) -> TrainResult:
     generator = seed_everything(cfg.seed)
     # a stream of their own: drawing positions does not change the batches
@@ -496,122 +546,11 @@ def _train(
         return x, y, drawn
 
     losses, seconds = fit(
-        model, cfg, next_batch, progress=progress, desc=f"train {model_config.scheme}"
+        model,
+        cfg,
+        next_batch,
+        progress=progress,
+        desc=f"train {model_config.scheme}",
+        stop_after=stop_after,
     )
     return TrainResult(model, losses, seconds, False, key, cfg)
-
-
-@dataclass(frozen=True)
-class EvalResult:
-    """Validation loss (nats per byte), perplexity (e^loss) and bits per byte at one
-    length."""
-
-    seq_len: int
-    loss: float
-    tokens: int
-
-    @property
-    def perplexity(self) -> float:
-        return math.exp(self.loss)
-
-    @property
-    def bits_per_byte(self) -> float:
-        return self.loss / math.log(2)
-
-
-#: Tokens per forward pass at most when scoring (:func:`token_losses`): the book's
-#: small scale scores 16 windows of up to 512 bytes at once, as before; longer windows
-#: go in smaller batches (the large scale's 8 × 256 = 2048 bytes, 4 at a time).
-EVAL_BATCH_TOKENS = 8192
-
-
-@torch.no_grad()
-def token_losses(
-    model: TinyLM,
-    data: torch.Tensor,
-    seq_len: int,
-    *,
-    max_tokens: int = 32768,
-    batch_size: int = 16,
-    batch_tokens: int = EVAL_BATCH_TOKENS,
-) -> torch.Tensor:
-    """Next-byte cross-entropy (nats) at every position of every evaluation window.
-
-    The first ``max_tokens`` bytes of ``data`` are cut into non-overlapping windows of
-    length ``seq_len`` (:func:`posenc.layers.data.eval_windows`) and scored in eval
-    mode.
-
-    Args:
-        model: a TinyLM. data: uint8 (N,) bytes. seq_len: window length T (may exceed
-        the training length). max_tokens: bytes to score. batch_size: windows per
-        forward pass, at most; fewer when ``batch_size · seq_len`` would exceed
-        ``batch_tokens``, so that memory stays bounded at long lengths (a score
-        matrix grows with T²).
-
-    Returns:
-        float32 tensor (num_windows, seq_len) on the CPU.
-
-    Raises:
-        ValueError: if no window fits; whatever the model raises for the length (a
-        learned table shorter than ``seq_len``).
-    """
-    batch_size = check_int("batch_size", batch_size, minimum=1)
-    batch_tokens = check_int("batch_tokens", batch_tokens, minimum=1)
-    x_all, y_all = eval_windows(data, seq_len, max_tokens)  # (N, T) each
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    try:
-        return batched_losses(
-            lambda x: model(x.to(device)).float(),  # (b, T) → (b, T, V)
-            x_all,
-            y_all,
-            rows=rows_per_batch(seq_len, batch_tokens, batch_size),
-        )
-    finally:
-        model.train(was_training)
-
-
-def evaluate(
-    model: TinyLM,
-    data: torch.Tensor,
-    seq_len: int,
-    *,
-    max_tokens: int = 32768,
-    batch_size: int = 16,
-) -> EvalResult:
-    """Mean next-byte cross-entropy of ``model`` on windows of length ``seq_len``.
-
-    Every position of every window counts (see :func:`token_losses`). Evaluating the
-    same text at several lengths is how extrapolation is measured.
-
-    Returns:
-        An :class:`EvalResult` (loss in nats per byte, perplexity, bits per byte).
-
-    Raises:
-        As :func:`token_losses`.
-    """
-    losses = token_losses(
-        model, data, seq_len, max_tokens=max_tokens, batch_size=batch_size
-    )
-    return EvalResult(seq_len, float(cpu_float64(losses).mean()), losses.numel())
-
-
-def loss_by_position(
-    model: TinyLM, data: torch.Tensor, seq_len: int, *, max_tokens: int = 32768
-) -> torch.Tensor:
-    """Mean loss (nats) at each position 0 … seq_len − 1, averaged over the evaluation
-    windows:
-    where in a long window a model starts to fail. float32 (seq_len,)."""
-    return token_losses(model, data, seq_len, max_tokens=max_tokens).mean(dim=0)
-
-
-def perplexity_by_length(
-    model: TinyLM, data: torch.Tensor, lengths, *, max_tokens: int = 32768
-) -> dict[int, float]:
-    """``{seq_len: validation perplexity}`` for each length, all on the same first
-    ``max_tokens`` bytes of ``data``."""
-    return {
-        int(n): evaluate(model, data, int(n), max_tokens=max_tokens).perplexity
-        for n in lengths
-    }
