@@ -167,6 +167,34 @@ def test_window_losses_match_a_naive_loop(scheme):
     assert len(got["position"]) == 4 * L
 
 
+def test_window_losses_on_drawn_positions():
+    """drawn_positions = N gives every forward pass sorted, distinct positions from
+    0 … N − 1 (as randomized-position training draws them); with N equal to the
+    window, the only draw is 0 … E − 1, and the losses are the contiguous ones."""
+    g = torch.Generator().manual_seed(0)
+    documents = [torch.randint(0, 256, (200,), generator=g, dtype=torch.uint8)]
+    model, seen = _tiny("rope"), []
+    forward = model.forward
+
+    def spy(x, positions=None, **kw):
+        seen.append((x.shape[1], None if positions is None else positions.clone()))
+        return forward(x, positions, **kw)
+
+    model.forward = spy
+    plain = lm_evaluation.window_losses(model, documents, 16, (1,))
+    same = lm_evaluation.window_losses(model, documents, 16, (1,), drawn_positions=16)
+    assert same["sliding"][16] == pytest.approx(plain["sliding"][16], abs=1e-6)
+    seen.clear()
+    drawn = lm_evaluation.window_losses(model, documents, 16, (1, 2), drawn_positions=512)
+    assert seen and all(p is not None for _, p in seen)
+    for length, p in seen:
+        assert p.shape == (length,) and bool((p.diff() > 0).all()) and int(p.max()) < 512
+    assert any(int(p.max()) >= 32 for _, p in seen)  # not 0 … T − 1
+    assert drawn["sliding"][16] != pytest.approx(plain["sliding"][16], abs=1e-6)
+    again = lm_evaluation.window_losses(model, documents, 16, (1, 2), drawn_positions=512)
+    assert again["sliding"] == drawn["sliding"]  # seeded
+
+
 def test_window_losses_sample_blocks_and_skip_lengths_past_a_learned_table():
     g = torch.Generator().manual_seed(0)
     documents = [torch.randint(0, 256, (300,), generator=g, dtype=torch.uint8)]

@@ -87,9 +87,13 @@ def test_the_second_editions_grid():
     probed = {r.scheme_options.get("base") for r in runs if r.kind == "probe"
               and r.label.startswith("rope, base")}
     assert probed == {1e2, 1e3, 1e5}
-    # randomized positions over [0, 8L); DroPE from each RoPE seed
+    # randomized positions over [0, 32L) (the paper's range: about 4 times its longest
+    # test length), scored on drawn positions too
     rp = [r for r in runs if r.label == "rope, random positions"]
-    assert {r.configs()[1].random_positions for r in rp} == {8 * L}
+    assert {r.configs()[1].random_positions for r in rp} == {32 * L}
+    assert {r.evaluation()["drawn_positions"] for r in rp} == {32 * L}
+    assert all("drawn_positions" not in r.evaluation() for r in runs
+               if r.kind == "lm" and r not in rp)
     assert {r.seed for r in rp} == set(preset["seeds"])
     # DroPE from each RoPE seed, and its control (the same steps, the encoding kept)
     drop = [r for r in runs if r.label == "drope, from rope"]
@@ -208,7 +212,9 @@ def test_a_tiny_second_edition_runs_end_to_end(tiny_edition2):
         assert rec["evaluated_scheme"] == "rope" and rec["source_from_cache"]
         assert rec["recalibration"]["lr"] == pytest.approx(rec["run"]["lr"] / 2)
     for rec in by_label["rope, random positions"]:
-        assert rec["train"]["random_positions"] == 8 * 48
+        assert rec["train"]["random_positions"] == 32 * 48
+        metrics = {row["metric"] for row in rec["rows"]}
+        assert {"loss_sliding_drawn", "loss_matched_drawn"} <= metrics
     assert {rec["run"]["train_length"] for rec in by_label["rope, base = 1e2"]} == {
         48, 96}
     assert {rec["run"]["train_length"] for rec in by_label["rope, base = 1e4"]} == {96}

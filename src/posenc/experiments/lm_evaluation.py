@@ -9,6 +9,7 @@ from collections import defaultdict
 
 import torch
 
+from ..layers.data import random_positions
 from ..layers.losses import batched_losses, rows_per_batch
 from ..layers.model import TinyLM
 from ..utils import cpu_float64
@@ -23,6 +24,8 @@ def window_losses(
     *,
     block_every: int = 1,
     tokens_per_batch: int = 16384,
+    drawn_positions: int | None = None,
+    seed: int = 0,
 ) -> dict:
     """Score validation documents block by block at several window lengths.
 
@@ -43,6 +46,11 @@ def window_losses(
         multiples: the E / L values; lengths past the scheme's ``max_positions`` are
             skipped. block_every: score one block in this many. tokens_per_batch:
             forward-pass size.
+        drawn_positions: None scores every window at positions 0 … n − 1. An int N
+            gives each forward pass positions drawn as a model trained with
+            ``TrainConfig.random_positions = N`` saw them (sorted, distinct, from
+            0 … N − 1: :func:`~posenc.layers.data.random_positions`), as Ruoss et al.
+            (2023) evaluate; the draws come from a generator seeded with ``seed``.
 
     Returns:
         ``{"sliding": {E: mean loss}, "matched": {E: mean loss}, "blocks": n scored,
@@ -58,9 +66,11 @@ def window_losses(
     lengths = [e for e in lengths if limit is None or e <= limit]
     is_matched = torch.tensor([m for _, _, m in blocks])
     sliding, matched, position = {}, {}, None
+    generator = torch.Generator().manual_seed(seed)
     for E in lengths:
         block_loss, position_loss = score_at_length(
-            model, documents, blocks, E, train_length, tokens_per_batch
+            model, documents, blocks, E, train_length, tokens_per_batch,
+            drawn_positions=drawn_positions, generator=generator,
         )
         sliding[E] = float(block_loss.mean())
         if is_matched.any():
@@ -100,12 +110,16 @@ def score_at_length(
     E: int,
     train_length: int,
     tokens_per_batch: int,
+    *,
+    drawn_positions: int | None = None,
+    generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Score every block of :func:`scored_blocks` at window length E.
 
     The windows are grouped by length (fewer than E bytes near a document's start), so
     that each forward pass holds windows of one length, at most ``tokens_per_batch``
-    tokens.
+    tokens; with ``drawn_positions`` each pass draws its positions (see
+    :func:`window_losses`) from ``generator``.
 
     Returns:
         Each block's mean loss over its L = ``train_length`` bytes, float64
@@ -124,13 +138,17 @@ def score_at_length(
         seqs = torch.stack([documents[d][s : s + length + 1] for d, s, _ in items])
         seqs = seqs.long()  # (n, length + 1): inputs and the next-byte targets
         rows = rows_per_batch(length, tokens_per_batch)
-        loss = cpu_float64(
-            batched_losses(
-                lambda x: model(x.to(device)).float(),  # (b, length) → (b, length, V)
-                seqs[:, :-1],
-                seqs[:, 1:],
-                rows=rows,
+
+        def logits_of(x, length=length):  # (b, length) → (b, length, V)
+            if drawn_positions is None:
+                return model(x.to(device)).float()
+            drawn = random_positions(
+                length, drawn_positions, generator=generator, device=device
             )
+            return model(x.to(device), drawn).float()
+
+        loss = cpu_float64(
+            batched_losses(logits_of, seqs[:, :-1], seqs[:, 1:], rows=rows)
         )
         block_loss[[i for _, _, i in items]] = loss[:, -train_length:].mean(1)
         if length == E:  # summed batch by batch, as the stored results were

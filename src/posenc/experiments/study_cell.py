@@ -100,6 +100,20 @@ def _language_modelling_run(
     for protocol in ("sliding", "matched"):
         for E, value in scores[protocol].items():
             rows.append(_row("language_modeling", f"loss_{protocol}", E, value))
+    if "drawn_positions" in spec:  # randomized positions: scored as trained, too
+        drawn = window_losses(
+            result.model,
+            corpus.val_documents(),
+            run.train_length,
+            spec["multiples"],
+            block_every=spec["block_every"],
+            drawn_positions=spec["drawn_positions"],
+            seed=run.seed,
+        )
+        for protocol in ("sliding", "matched"):
+            for E, value in drawn[protocol].items():
+                metric = f"loss_{protocol}_drawn"
+                rows.append(_row("language_modeling", metric, E, value))
     extra.update({k: scores[k] for k in ("blocks", "matched_blocks", "bytes")})
     if run.kind == "lm":
         extra["position_loss"] = [round(v, 4) for v in scores["position"]]

@@ -86,7 +86,7 @@ PRESETS: dict[str, dict] = {
             "seeds": (0,),
             "probe_length": 64,
         },
-        "random_positions": {"schemes": ("rope",), "multiple": 8},
+        "random_positions": {"schemes": ("rope",), "multiple": 32},
         "drope": {
             "schemes": ("rope",),
             "steps": 100,
@@ -279,11 +279,15 @@ class StudyRun:
                 "sequences": p["probe_sequences"],
             }
         long = self.train_length != p["train"]["seq_len"]
-        return {
+        out = {
             "protocol": "sliding+matched",
             "multiples": list(MULTIPLES),
             "block_every": p["long_block_every" if long else "block_every"],
         }
+        drawn = self.configs()[1].random_positions
+        if drawn is not None:  # also on drawn positions, as the model was trained
+            out["drawn_positions"] = drawn
+        return out
 
     def key(self, corpus: Corpus) -> str:
         """A stable hash of everything that determines this run's results, computed
