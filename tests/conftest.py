@@ -40,3 +40,32 @@ def smollm2():
 def minilm():
     """all-MiniLM-L6-v2 and its tokenizer (posenc.layers.pretrained.load)."""
     return _pretrained("minilm")
+
+
+@pytest.fixture
+def tiny_study(monkeypatch, tmp_path):
+    """A function that registers a tiny preset of the length-generalization study:
+    ``tiny_study(name, base, schemes, **settings)`` adds ``PRESETS[name]`` (preset
+    ``base`` with a 1-layer, 8-wide model, sampled scoring and ``settings``), stores its
+    results and weights under ``tmp_path``, and limits the chapter schemes to
+    ``schemes``; returns ``tmp_path``."""
+    import posenc.experiments.study as study
+    import posenc.experiments.study_grid as study_grid
+
+    def register(name, base, schemes, **settings):
+        tiny = {
+            **study_grid.PRESETS[base],
+            "model": {"d_model": 8, "num_heads": 1, "num_layers": 1},
+            "seeds": (0, 1),
+            "block_every": 512,
+            "sweep_block_every": 4096,
+            **settings,
+        }
+        monkeypatch.setitem(study_grid.PRESETS, name, tiny)
+        monkeypatch.setattr(study, "results_dir", lambda n="x": tmp_path / n)
+        monkeypatch.setattr(study_grid, "chapter_schemes", lambda: schemes)
+        monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path / "weights"))
+        monkeypatch.delenv("POSENC_REQUIRE_CACHED", raising=False)
+        return tmp_path
+
+    return register

@@ -308,32 +308,21 @@ def test_the_grid_holds_the_variants_of_todays_models():
 
 
 @pytest.fixture
-def tiny_preset(monkeypatch, tmp_path):
-    monkeypatch.setitem(
-        study_grid.PRESETS,
-        "tiny",
-        {
-            **study_grid.PRESETS["cpu"],
-            "model": {"d_model": 8, "num_heads": 1, "num_layers": 1},
-            "train": {"seq_len": 64, "batch_size": 2, "steps": 2, "warmup_steps": 1},
-            "learning_rates": (1e-3, 3e-3),
-            "seeds": (0, 1),
-            "long_schemes": ("none",),
-            "long_seeds": (0,),
-            "block_every": 512,
-            "long_block_every": 2048,
-            "sweep_block_every": 4096,
-            "probe_steps": 2,
-            "probe_sequences": 4,
-        },
-    )
-    monkeypatch.setattr(study, "results_dir", lambda name="x": tmp_path / name)
-    monkeypatch.setattr(study_grid, "chapter_schemes", lambda: ("none", "alibi"))
+def tiny_preset(tiny_study, monkeypatch):
     monkeypatch.setattr(study_grid, "bucket_variants", lambda L: {})
     monkeypatch.setattr(study_grid, "pattern_variants", lambda L, n: {})
-    monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path / "weights"))
-    monkeypatch.delenv("POSENC_REQUIRE_CACHED", raising=False)
-    return tmp_path
+    return tiny_study(
+        "tiny",
+        "cpu",
+        ("none", "alibi"),
+        train={"seq_len": 64, "batch_size": 2, "steps": 2, "warmup_steps": 1},
+        learning_rates=(1e-3, 3e-3),
+        long_schemes=("none",),
+        long_seeds=(0,),
+        long_block_every=2048,
+        probe_steps=2,
+        probe_sequences=4,
+    )
 
 
 def test_the_study_resumes_and_its_results_load(tiny_preset):

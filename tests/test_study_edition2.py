@@ -162,34 +162,23 @@ def test_the_probe_rate_is_the_one_that_learned_the_most_probes():
 
 
 @pytest.fixture
-def tiny_edition2(monkeypatch, tmp_path):
-    monkeypatch.setitem(
-        study_grid.PRESETS,
-        "tiny2",
-        {
-            **study_grid.PRESETS["cpu2"],
-            "model": {"d_model": 8, "num_heads": 2, "num_layers": 1},
-            "train": {"seq_len": 48, "batch_size": 2, "steps": 10, "warmup_steps": 1},
-            "seeds": (0, 1),
-            "block_every": 512,
-            "long_block_every": 512,
-            "sweep_block_every": 4096,
-            "probe_steps": 10,
-            "probe_sequences": 2,
-            "probe_schemes": ("rope",),
-            "base_sweep": {"bases": (1e2, 1e4), "lengths": (48, 96), "seeds": (0,),
-                           "probe_length": 48},
-            "drope": {"schemes": ("rope",), "steps": 2, "warmup_steps": 1,
-                      "lr_ratio": 0.5},
-        },
-    )
-    monkeypatch.setattr(study, "results_dir", lambda name="x": tmp_path / name)
-    monkeypatch.setattr(study_grid, "chapter_schemes", lambda: ("rope",))
+def tiny_edition2(tiny_study, monkeypatch):
     monkeypatch.setitem(study.CHECK_PREFIX, "tiny2", {
         "runs": (("lm", "rope", 0), ("probe", "rope", 0)), "steps": 10})
-    monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path / "weights"))
-    monkeypatch.delenv("POSENC_REQUIRE_CACHED", raising=False)
-    return tmp_path
+    return tiny_study(
+        "tiny2",
+        "cpu2",
+        ("rope",),
+        model={"d_model": 8, "num_heads": 2, "num_layers": 1},
+        train={"seq_len": 48, "batch_size": 2, "steps": 10, "warmup_steps": 1},
+        long_block_every=512,
+        probe_steps=10,
+        probe_sequences=2,
+        probe_schemes=("rope",),
+        base_sweep={"bases": (1e2, 1e4), "lengths": (48, 96), "seeds": (0,),
+                    "probe_length": 48},
+        drope={"schemes": ("rope",), "steps": 2, "warmup_steps": 1, "lr_ratio": 0.5},
+    )
 
 
 def test_a_tiny_second_edition_runs_end_to_end(tiny_edition2):

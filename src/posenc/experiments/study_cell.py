@@ -90,33 +90,30 @@ def _language_modelling_run(
         extra["evaluated_scheme"] = result.model.config.scheme
     extra["weights_from_cache"] = result.from_cache
     spec = run.evaluation()
-    scores = window_losses(
-        result.model,
-        corpus.val_documents(),
-        run.train_length,
-        spec["multiples"],
-        block_every=spec["block_every"],
-    )
-    for protocol in ("sliding", "matched"):
-        for E, value in scores[protocol].items():
-            rows.append(_row("language_modeling", f"loss_{protocol}", E, value))
+    scorings = {"": {}}  # metric suffix -> window_losses options
     if "drawn_positions" in spec:  # randomized positions: scored as trained, too
-        drawn = window_losses(
+        scorings["_drawn"] = {
+            "drawn_positions": spec["drawn_positions"],
+            "seed": run.seed,
+        }
+    for suffix, options in scorings.items():
+        scores = window_losses(
             result.model,
             corpus.val_documents(),
             run.train_length,
             spec["multiples"],
             block_every=spec["block_every"],
-            drawn_positions=spec["drawn_positions"],
-            seed=run.seed,
+            **options,
         )
         for protocol in ("sliding", "matched"):
-            for E, value in drawn[protocol].items():
-                metric = f"loss_{protocol}_drawn"
+            for E, value in scores[protocol].items():
+                metric = f"loss_{protocol}{suffix}"
                 rows.append(_row("language_modeling", metric, E, value))
-    extra.update({k: scores[k] for k in ("blocks", "matched_blocks", "bytes")})
-    if run.kind == "lm":
-        extra["position_loss"] = [round(v, 4) for v in scores["position"]]
+        if suffix:
+            continue
+        extra.update({k: scores[k] for k in ("blocks", "matched_blocks", "bytes")})
+        if run.kind == "lm":
+            extra["position_loss"] = [round(v, 4) for v in scores["position"]]
     return result.losses, result.seconds
 
 
