@@ -27,7 +27,7 @@ def _grid(preset="cpu2"):
     lrs = dict.fromkeys(study_grid._swept(preset), 3e-3)
     lrs["rope"] = 1e-2
     probe_lrs = dict.fromkeys(study_grid.PRESETS[preset]["probe_schemes"], 1e-3)
-    probe_lrs["alibi"] = 3e-3
+    probe_lrs["alibi"] = 3e-4
     runs = study_grid.sweep_runs(preset) + study_grid.main_runs(lrs, preset, probe_lrs)
     return runs, lrs, probe_lrs
 
@@ -136,12 +136,13 @@ def test_the_probe_rate_is_the_one_that_learned_the_most_probes():
     floor = {task: probes.probe_floor(task) for task in probes.PROBES}
     learned = {task: f + 0.6 * (1 - f) for task, f in floor.items()}
     half = {task: f + 0.3 * (1 - f) for task, f in floor.items()}
-    # 1e-3 learns one probe (copy) and no more; 3e-3 learns none, but is higher on
-    # average above the floors: the count decides
+    # the lower rate learns one probe (copy) and no more; the higher learns none, but
+    # is higher on average above the floors: the count decides
+    low, high = study_grid.PRESETS["cpu2"]["probe_learning_rates"]
     one = {**{t: floor[t] for t in probes.PROBES}, "copy": learned["copy"]}
-    by_rate = {"alibi": {1e-3: one, 3e-3: half},
-               "rope": {1e-3: half, 3e-3: learned},
-               "none": {1e-3: half, 3e-3: half}}  # a tie: the lower rate
+    by_rate = {"alibi": {low: one, high: half},
+               "rope": {low: half, high: learned},
+               "fire": {low: half, high: half}}  # a tie: the lower rate
     records = {}
     for run in runs:
         acc = by_rate.get(run.label, by_rate["rope"])[run.lr]
@@ -151,8 +152,8 @@ def test_the_probe_rate_is_the_one_that_learned_the_most_probes():
         ] + [{"task": "copy", "metric": "accuracy", "eval_length": 128, "value": 1.0}]}
     assert sum(one.values()) / 3 < sum(half.values()) / 3
     best = study_grid.best_probe_rates(records, "cpu2", CORPUS)
-    assert (best.pop("alibi"), best.pop("none")) == (1e-3, 1e-3)
-    assert set(best.values()) == {3e-3}
+    assert (best.pop("alibi"), best.pop("fire")) == (low, low)
+    assert set(best.values()) == {high}
     records.pop(runs[0].key(CORPUS))
     with pytest.raises(KeyError, match="missing"):
         study_grid.best_probe_rates(records, "cpu2", CORPUS)
