@@ -155,7 +155,14 @@ def test_the_command_line_plumbing(capsys):
     assert calls == ["check"]  # a stale study is not rerun
 
     store.print_listing(["k1", "k2"], {"k2"}, key=str, label=lambda r: r.upper())
-    assert capsys.readouterr().out == "missing k1  K1\nstored  k2  K2\n"
+    assert capsys.readouterr().out == (
+        "missing k1  K1\nstored  k2  K2\n1 of 2 runs stored\n"
+    )
+    records = {k: {"provenance": {"wall_seconds": s}} for k, s in (("k1", 3), ("k2", 5))}
+    store.print_listing(["k1", "k2", "k3"], records, key=str, label=str)
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "2 of 3 runs stored, 8 s when computed (4 s each)"
+    )
 
 
 @pytest.mark.parametrize(

@@ -378,10 +378,22 @@ def print_listing(
     label: Callable[[Run], str],
 ) -> None:
     """``--list``: one line per run of the grid, ``stored`` or ``missing``, its key
-    and its label."""
+    and its label; then how many are stored and, where ``stored`` maps keys to
+    records, the seconds they took when computed (their ``provenance`` 's
+    ``wall_seconds``: one process each, so process time)."""
+    runs = list(runs)
+    have = [run for run in runs if key(run) in stored]
     for run in runs:
         state = "stored " if key(run) in stored else "missing"
         print(f"{state} {key(run)}  {label(run)}")
+    line = f"{len(have)} of {len(runs)} runs stored"
+    if isinstance(stored, Mapping) and have:
+        seconds = sum(
+            stored[key(run)].get("provenance", {}).get("wall_seconds", 0)
+            for run in have
+        )
+        line += f", {seconds:,.0f} s when computed ({seconds / len(have):,.0f} s each)"
+    print(line)
 
 
 def verify_or_check(
