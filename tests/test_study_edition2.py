@@ -12,7 +12,7 @@ import torch
 import posenc.experiments.study as study
 import posenc.experiments.study_grid as study_grid
 from posenc.alibi import alibi_slopes
-from posenc.experiments import probes
+from posenc.experiments import probes, store
 from posenc.layers.model import TinyLM
 from posenc.rope import base_lower_bound
 from posenc.schemes import chapter_schemes
@@ -251,3 +251,25 @@ def test_a_training_prefix_is_the_head_of_the_full_run(tiny_edition2):
                                recalibration='{"drop": true}')
     with pytest.raises(ValueError, match="source"):
         training_prefix(drop, 10, corpus)
+
+
+def test_the_probe_pilot_says_what_design_md_says():
+    """book/design.md's account of the pilot, against its stored records: at 2,000
+    steps, 3e-3 stays below every floor, 1e-3 learns the passkey only, and the loss
+    falls over the last 800 steps (ALiBi 1.81 to 1.34, RoPE 1.87 to 1.33)."""
+    folder = store.RESULTS_ROOT / "length_generalization-cpu2-pilot"
+    records = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+    assert len(records) == 4
+    falls = {}
+    for rec in records:
+        assert rec["train"]["steps"] == 2000 and rec["run"]["seed"] == 0
+        at_l = {r["task"]: r["value"] for r in rec["rows"]
+                if r["metric"] == "accuracy" and r["eval_length"] == 64}
+        if rec["run"]["lr"] == 3e-3:
+            assert all(a < probes.probe_floor(t) for t, a in at_l.items())
+        else:
+            learned = {t for t, a in at_l.items() if probes.probe_learned(a, t)}
+            assert learned == {"passkey"}
+            falls[rec["run"]["label"]] = (rec["train_loss"][120], rec["train_loss"][199])
+    assert {k: tuple(round(v, 2) for v in pair) for k, pair in falls.items()} == {
+        "alibi": (1.81, 1.34), "rope": (1.87, 1.33)}
