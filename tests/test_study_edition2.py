@@ -44,6 +44,13 @@ def test_the_second_editions_model_has_the_heads_and_layers_the_review_asked_for
     rope_cfg, _ = study_grid.StudyRun("lm", "rope", "rope", "{}", 0, 64, 1e-2,
                                       "cpu2").configs()
     assert TinyLM(rope_cfg).blocks[0].attn.scheme.inv_freq.numel() == 16
+    # design.md's sizes: this model and the first edition's
+    first, _ = study_grid.StudyRun("lm", "rope", "rope", "{}", 0, 64, 1e-2).configs()
+    assert (TinyLM(rope_cfg).num_parameters(), TinyLM(first).num_parameters()) == (
+        856_832, 132_352)
+    # and Men et al.'s bound at the study's head size, as design.md quotes it
+    assert [round(base_lower_bound(head_dim, n)) for n in (32, 64, 128)] == [
+        108, 315, 1218]
     assert study_grid.edition("cpu2") == 2 and study_grid.edition("cpu") == 1
 
 
