@@ -272,9 +272,9 @@ def load_results(
     import pandas as pd
 
     records = load_records(name, preset=preset, strict=strict)
-    stored = _stored(name, preset)
+    by_key = {rec["key"]: rec for rec in records}  # read once, not again
     try:
-        probe_lrs = best_probe_rates(stored, preset, stored_corpus(stored))
+        probe_lrs = best_probe_rates(by_key, preset, stored_corpus(by_key))
     except KeyError:  # a second edition whose probe sweep is not all stored yet
         probe_lrs = {}
     rows = []

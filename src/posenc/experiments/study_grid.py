@@ -552,10 +552,10 @@ def planned_runs(
 ) -> list[StudyRun]:
     """Every run of the grid, phase 1 and phase 2, with the learning rates read from
     the stored sweep; raises KeyError naming a missing sweep run."""
+    corpus = corpus if corpus is not None else study_corpus()
     lrs = best_learning_rates(records, preset, corpus)
     probe_lrs = best_probe_rates(records, preset, corpus)
     runs = sweep_runs(preset) + main_runs(lrs, preset, probe_lrs)
-    corpus = corpus if corpus is not None else study_corpus()
     # a probed label's seed-0 run at its best rate is also a sweep run: listed once
     unique: dict[str, StudyRun] = {}
     for run in runs:
