@@ -143,13 +143,14 @@ def test_the_probe_rate_is_the_one_that_learned_the_most_probes():
     floor = {task: probes.probe_floor(task) for task in probes.PROBES}
     learned = {task: f + 0.6 * (1 - f) for task, f in floor.items()}
     half = {task: f + 0.3 * (1 - f) for task, f in floor.items()}
-    # the lower rate learns one probe (copy) and no more; the higher learns none, but
-    # is higher on average above the floors: the count decides
-    low, high = study_grid.PRESETS["cpu2"]["probe_learning_rates"]
-    one = {**{t: floor[t] for t in probes.PROBES}, "copy": learned["copy"]}
-    by_rate = {"alibi": {low: one, high: half},
-               "rope": {low: half, high: learned},
-               "fire": {low: half, high: half}}  # a tie: the lower rate
+    # ALiBi: the lowest rate learns one probe (copy) and no more; the middle learns
+    # none, but is higher on average above the floors: the count decides
+    low, mid, high = study_grid.PRESETS["cpu2"]["probe_learning_rates"]
+    none = {t: floor[t] for t in probes.PROBES}
+    one = {**none, "copy": learned["copy"]}
+    by_rate = {"alibi": {low: one, mid: half, high: none},
+               "rope": {low: half, mid: learned, high: half},
+               "fire": {low: half, mid: half, high: half}}  # a tie: the lowest rate
     records = {}
     for run in runs:
         acc = by_rate.get(run.label, by_rate["rope"])[run.lr]
@@ -160,7 +161,7 @@ def test_the_probe_rate_is_the_one_that_learned_the_most_probes():
     assert sum(one.values()) / 3 < sum(half.values()) / 3
     best = study_grid.best_probe_rates(records, "cpu2", CORPUS)
     assert (best.pop("alibi"), best.pop("fire")) == (low, low)
-    assert set(best.values()) == {high}
+    assert set(best.values()) == {mid}
     records.pop(runs[0].key(CORPUS))
     with pytest.raises(KeyError, match="missing"):
         study_grid.best_probe_rates(records, "cpu2", CORPUS)
@@ -193,10 +194,10 @@ def test_a_tiny_second_edition_runs_end_to_end(tiny_edition2):
     first = study.run_study("s", preset="tiny2", workers=0)
     folder = tiny_edition2 / "s-tiny2"
     records = [json.loads(f.read_text()) for f in folder.glob("*.json")]
-    # sweep: 3 labels × 2 rates + 1 probed × 2 rates; main: 3 × 2 seeds lm, 1 probed ×
+    # sweep: 3 labels × 3 rates + 1 probed × 3 rates; main: 3 × 2 seeds lm, 1 probed ×
     # seed 1 (seed 0 is the sweep's), base sweep 3 lm + 1 probe, random positions 2,
     # DroPE 2 and its control 2
-    assert first["runs"] == len(records) == 6 + 2 + 6 + 1 + 4 + 2 + 2 + 2
+    assert first["runs"] == len(records) == 9 + 3 + 6 + 1 + 4 + 2 + 2 + 2
     by_label = {}
     for rec in records:
         by_label.setdefault(rec["run"]["label"], []).append(rec)
@@ -280,3 +281,23 @@ def test_the_probe_pilot_says_what_design_md_says():
             falls[rec["run"]["label"]] = (rec["train_loss"][120], rec["train_loss"][199])
     assert {k: tuple(round(v, 2) for v in pair) for k, pair in falls.items()} == {
         "alibi": (1.81, 1.34), "rope": (1.87, 1.33)}
+
+
+def test_the_tally_sums_the_stored_seconds_by_part(capsys):
+    """``study --list`` 's tally (design.md's): per part its runs, the seconds stored
+    and an estimate for the rest at the part's mean."""
+    runs, _, _ = _grid()
+    runs = list({r.key(CORPUS): r for r in runs}.values())  # as planned_runs lists them
+    parts = [study_grid.run_part(r) for r in runs]
+    assert parts.count("learning-rate sweep") == 12 * 3
+    assert parts.count("probe-rate sweep") == 5 * 3
+    assert parts.count("probes, seeds 1 and 2") == 5 * 2
+    assert parts.count("base sweep") == 11 + 3
+    assert parts.count("randomized positions, DroPE and its control") == 9
+    sweep = [r for r in runs if r.kind == "sweep"]
+    stored = {r.key(CORPUS): {"provenance": {"wall_seconds": s}}
+              for r, s in zip(sweep, (100.0, 300.0))}
+    study.print_tally(runs, stored, CORPUS)
+    lines = capsys.readouterr().out.splitlines()
+    assert "| learning-rate sweep | 36 | 2 | 400 | 200 | 6,800 |" in lines
+    assert lines[-1].startswith(f"| total | {len(runs)} | 2 | 400 |")

@@ -55,7 +55,9 @@ from .study_grid import (
     PRESETS,
     StudyRun,
     best_probe_rates,
+    edition,
     planned_runs,
+    run_part,
     stored_corpus,
     study_corpus,
     sweep_runs,
@@ -533,10 +535,34 @@ def _list(name: str, preset: str) -> int:
     except KeyError:
         runs = sweep_runs(preset)
         print("(the sweep is incomplete: the main runs depend on its result)")
-    store.print_listing(
-        runs, _stored(name, preset), _key_of(corpus), lambda r: r.label
-    )
+    stored = _stored(name, preset)
+    store.print_listing(runs, stored, _key_of(corpus), lambda r: r.label)
+    if edition(preset) >= 2:
+        print_tally(runs, stored, corpus)
     return 0
+
+
+def print_tally(runs: list[StudyRun], stored: dict[str, dict], corpus) -> None:
+    """design.md's tally of the second edition: per part (:func:`run_part`), its
+    runs, how many are stored, their process seconds when computed and, for the
+    runs still missing, an estimate at the mean of the part's stored runs."""
+    parts: dict[str, list] = {}
+    for run in runs:
+        record = stored.get(run.key(corpus))
+        seconds = record["provenance"]["wall_seconds"] if record else None
+        parts.setdefault(run_part(run), []).append(seconds)
+    print("| part | runs | stored | process seconds stored | each | to go, estimated |")
+    print("|---|---|---|---|---|---|")
+    total = [0, 0, 0.0, 0.0]
+    for part, seconds in parts.items():
+        have = [s for s in seconds if s is not None]
+        each = sum(have) / len(have) if have else float("nan")
+        left = (len(seconds) - len(have)) * each if len(have) < len(seconds) else 0.0
+        print(f"| {part} | {len(seconds)} | {len(have)} | {sum(have):,.0f} | "
+              f"{each:,.0f} | {left:,.0f} |")
+        total = [t + v for t, v in zip(total, (len(seconds), len(have), sum(have),
+                                               left))]
+    print(f"| total | {total[0]} | {total[1]} | {total[2]:,.0f} | | {total[3]:,.0f} |")
 
 
 def _check(name: str, preset: str, device: str, threads: int) -> int:

@@ -66,7 +66,7 @@ PRESETS: dict[str, dict] = {
     "cpu2": {
         "model": {"d_model": 128, "num_heads": 4, "num_layers": 4},
         "train": {"seq_len": 64, "batch_size": 32, "steps": 1000, "warmup_steps": 50},
-        "learning_rates": (3e-3, 1e-2),
+        "learning_rates": (1e-3, 3e-3, 1e-2),
         "seeds": (0, 1, 2),
         "long_length": 256,
         "long_schemes": (),
@@ -78,7 +78,7 @@ PRESETS: dict[str, dict] = {
         "probe_lr": None,
         "probe_sequences": 192,
         "edition": 2,
-        "probe_learning_rates": (3e-4, 1e-3),
+        "probe_learning_rates": (3e-4, 1e-3, 3e-3),
         "probe_schemes": ("rope", "alibi", "deberta", "fire", "kerple, log"),
         "base_sweep": {
             "bases": (1e2, 1e3, 1e4, 1e5),
@@ -433,6 +433,23 @@ def best_probe_rates(
 def base_label(base: float) -> str:
     """The label of a RoPE base sweep's condition: ``"rope, base = 1e2"``."""
     return f"rope, base = 1e{round(math.log10(base))}"
+
+
+def run_part(run: StudyRun) -> str:
+    """The part of the second edition a run belongs to, as design.md's tally names
+    it (the sweeps are seed 0's runs at each rate; a main run at seed 0 scores the
+    sweep's trained model)."""
+    if run.label.startswith("rope, base"):
+        return "base sweep"
+    if run.train_options or run.recalibration:
+        return "randomized positions, DroPE and its control"
+    if run.kind == "sweep":
+        return "learning-rate sweep"
+    if run.kind == "probe":
+        return "probe-rate sweep" if run.seed == 0 else "probes, seeds 1 and 2"
+    if run.seed == 0:
+        return "language modelling, seed 0 (scoring only)"
+    return "language modelling, seeds 1 and 2"
 
 
 def _edition2_runs(
