@@ -301,3 +301,34 @@ def test_the_tally_sums_the_stored_seconds_by_part(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert "| learning-rate sweep | 36 | 2 | 400 | 200 | 6,800 |" in lines
     assert lines[-1].startswith(f"| total | {len(runs)} | 2 | 400 |")
+
+
+def test_a_probe_accuracy_has_a_wilson_interval_over_its_scored_bytes():
+    """Each probe sequence scores a fixed number of bytes, so a stored accuracy is a
+    count of hits over n = sequences × scored bytes: the Wilson interval's input."""
+    assert {t: probes.scored_bytes(t) for t in probes.PROBES} == {
+        "copy": probes.COPY_SEGMENT - 1, "associative_recall": probes.RECALL_PAIRS,
+        "passkey": probes.PASSKEY_LENGTH}
+    sequences = study_grid.PRESETS["cpu2"]["probe_sequences"]
+    folder = store.RESULTS_ROOT / "length_generalization-cpu2"
+    rows = [r for p in folder.glob("probe-*.json")
+            for r in json.loads(p.read_text())["rows"] if r["metric"] == "accuracy"]
+    assert rows
+    for r in rows:  # a whole number of hits, up to float32's rounding of the mean
+        hits = r["value"] * sequences * probes.scored_bytes(r["task"])
+        assert abs(hits - round(hits)) < 1e-2, r
+    # Wilson's closed form at z = 1.96 (Agresti and Coull 1998, eq. 2)
+    p, n, z = 0.5, sequences * 5, 1.959963984540054
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5
+    assert probes.probe_interval(p, "passkey", sequences) == pytest.approx(
+        (centre - half, centre + half), abs=1e-9)
+    low, high = probes.probe_interval(1.0, "copy", sequences)
+    assert high == 1.0 and 0.98 < low < 1.0  # no wider than it must be at 100 %
+    for bad, rule in ((1.5, "accuracy"), (-0.1, "accuracy")):
+        with pytest.raises(ValueError, match=rule):
+            probes.probe_interval(bad, "copy", sequences)
+    with pytest.raises(ValueError, match="sequences"):
+        probes.probe_interval(0.5, "copy", 0)
+    with pytest.raises(ValueError, match="task"):
+        probes.probe_interval(0.5, "recall", 10)

@@ -244,6 +244,50 @@ def probe_learned(accuracy: float, task: str) -> bool:
     return accuracy >= floor + (1 - floor) / 2
 
 
+@functools.cache
+def scored_bytes(task: str) -> int:
+    """How many bytes of one probe sequence are scored (the same at every length):
+    copy 15, associative recall 8, passkey 5. Raises ValueError for an unknown task."""
+    if task not in PROBES:
+        raise ValueError(f"task must be one of {sorted(PROBES)}, got {task!r}")
+    _, targets, _ = probe_batch(task, 1, 64, generator=torch.Generator().manual_seed(0))
+    return int((targets != -100).sum())
+
+
+def probe_interval(
+    accuracy: float, task: str, sequences: int, confidence: float = 0.95
+) -> tuple[float, float]:
+    """The Wilson score interval of one model's probe accuracy over its scored bytes
+    (Wilson 1927; scipy's ``binomtest(...).proportion_ci(method="wilson")``).
+
+    :func:`probe_accuracy` scores ``sequences`` sequences of :func:`scored_bytes`
+    bytes each, so the accuracy is a count of hits over n = sequences × scored bytes.
+    The interval treats those bytes as independent items. The bytes of one sequence
+    share their context, so it is the narrowest honest interval for one seed; compare
+    models across seeds (:func:`posenc.experiments.stats.mean_ci`).
+
+    Args:
+        accuracy: a value of :func:`probe_accuracy`, in [0, 1].
+        task: a key of :data:`PROBES`. sequences: the sequences scored (≥ 1).
+        confidence: the interval's coverage, in (0, 1).
+
+    Returns:
+        ``(lower, upper)``, proportions.
+
+    Raises:
+        ValueError: an accuracy outside [0, 1], sequences below 1, or an unknown task.
+    """
+    from scipy.stats import binomtest
+
+    if not 0 <= accuracy <= 1:
+        raise ValueError(f"accuracy must lie in [0, 1], got {accuracy}")
+    if sequences < 1:
+        raise ValueError(f"sequences must be at least 1, got {sequences}")
+    n = sequences * scored_bytes(task)
+    ci = binomtest(round(accuracy * n), n).proportion_ci(confidence, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
 @torch.no_grad()
 def probe_accuracy(
     model: TinyLM,
