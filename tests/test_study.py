@@ -241,6 +241,23 @@ def test_paired_difference_pairs_by_seed():
         stats.paired_difference(_frame([("a", 0, 1.0), ("b", 1, 1.0)]), "a", "b")
 
 
+def test_change_is_a_schemes_rise_seed_by_seed():
+    import pandas as pd
+
+    rows = [("a", s, E, "loss_sliding", v) for s, (v1, v8) in enumerate(
+        [(1.0, 1.5), (2.0, 2.5), (1.5, 2.1)]) for E, v in ((64, v1), (512, v8))]
+    rows += [("a", 0, 64, "loss_matched", 9.0), ("learned", 0, 64, "loss_sliding", 1.0)]
+    df = pd.DataFrame(rows, columns=["scheme", "seed", "eval_length", "metric", "value"])
+    got = stats.change(df, "a", 64, 512, metric="loss_sliding")
+    ref = stats.mean_ci([0.5, 0.5, 0.6])
+    assert (got["mean"], got["lower"], got["upper"]) == pytest.approx(ref)
+    assert got["resolved"] and got["n"] == 3
+    assert stats.seed_values(df, "a", eval_length=512).tolist() == [1.5, 2.5, 2.1]
+    assert stats.change(df, "learned", 64, 512, metric="loss_sliding") is None
+    with pytest.raises(ValueError, match="several values per seed"):
+        stats.seed_values(df, "a", eval_length=64)  # two metrics at seed 0
+
+
 def test_keys_follow_the_configuration():
     corpus = study_grid.study_corpus()
     run = study_grid.StudyRun("lm", "t5", "t5", "{}", 0, 64, 3e-3)

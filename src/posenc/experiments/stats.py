@@ -78,6 +78,49 @@ def paired_difference(df, a: str, b: str, *, confidence: float = 0.95, **where) 
     }
 
 
+def seed_values(df, scheme: str, **where):
+    """One scheme's per-seed values over the main runs' rows selected by ``where``
+    (e.g. ``eval_length=512, metric="loss_sliding", train_length=64``): a pandas
+    Series indexed by seed, sorted; empty when nothing matches.
+
+    Raises:
+        ValueError: if ``where`` leaves more than one value per seed (a selection
+            that mixes metrics, lengths or tasks).
+    """
+    sel = _main_rows(df)
+    sel = sel[sel["scheme"] == scheme]
+    for column, value in where.items():
+        sel = sel[sel[column] == value]
+    if sel["seed"].duplicated().any():
+        raise ValueError(
+            f"{scheme!r} under {where} has several values per seed: name the "
+            "eval_length, metric, task and train_length"
+        )
+    return sel.set_index("seed")["value"].sort_index()
+
+
+def change(
+    df, scheme: str, from_length: int, to_length: int, *, confidence: float = 0.95,
+    **where,
+) -> dict | None:
+    """One scheme's value at ``eval_length=to_length`` minus at ``from_length``, seed
+    by seed, with its Student-t interval (a rise past L when ``from_length`` is L).
+
+    Returns:
+        ``{"mean", "lower", "upper", "n", "resolved"}`` as :func:`paired_difference`;
+        None when no seed has both values (a learned table cannot run the length).
+    """
+    after = seed_values(df, scheme, eval_length=to_length, **where)
+    before = seed_values(df, scheme, eval_length=from_length, **where)
+    seeds = sorted(set(after.index) & set(before.index))
+    if not seeds:
+        return None
+    mean, lo, hi = mean_ci([after[s] - before[s] for s in seeds], confidence)
+    resolved = bool(not math.isnan(lo) and (lo > 0 or hi < 0))
+    return {"mean": mean, "lower": lo, "upper": hi, "n": len(seeds),
+            "resolved": resolved}
+
+
 def quote(df, scheme: str, *, digits: int = 2, **where) -> str:
     """``"mean [lower, upper]"`` over seeds of one scheme's rows under ``where`` (e.g.
     ``eval_length=512, metric="loss_sliding", train_length=64``): how the chapters
