@@ -70,6 +70,12 @@ def text(d: dict, digits: int = 4) -> str:
     )
 
 
+def _fractions(slopes) -> str:
+    """``"1/2, 1/4 and 1/8"``."""
+    parts = [f"1/{1 / s:.0f}" for s in slopes]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
 def ordinal(n: int) -> str:
     """``1st``, ``2nd``, ``11th``, …"""
     suffix = "th" if 10 <= n % 100 < 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10)
@@ -147,6 +153,17 @@ class Edition:
         return paired_difference(self.lm, a, b, confidence=confidence,
                                  eval_length=multiple * self.L, metric="loss_sliding")
 
+    def rise_diff(self, a: str, b: str, confidence=0.95) -> dict:
+        """``a`` 's rise from L minus ``b`` 's, to the longest length both run,
+        paired by seed."""
+        from .stats import mean_ci
+
+        m = min(self.longest(a), self.longest(b))
+        d = (self.values(a, m) - self.values(a, 1)) - (self.values(b, m)
+                                                       - self.values(b, 1))
+        mean, lo, hi = mean_ci(d.dropna().to_numpy(), confidence)
+        return {"mean": mean, "lower": lo, "upper": hi}
+
     def has(self, *labels: str) -> bool:
         """Whether this edition trained every one of ``labels``."""
         return all(lab in self.labels for lab in labels)
@@ -167,7 +184,7 @@ class Edition:
         if "probe_learning_rates" in self.preset:
             rates = ", ".join(f"{r:g}" for r in self.preset["probe_learning_rates"])
             return f"each at the best of the rates {rates} for its scheme"
-        return f"all at one learning rate ({self.preset['probe_lr']:g})"
+        return f"all trained at one learning rate ({self.preset['probe_lr']:g})"
 
 
 class _Rows(list):
@@ -179,10 +196,12 @@ class _Rows(list):
         self.edition = edition
 
     def add(self, key, claim, source, caveat, *, intervals=None, predicts=None,
-            decided=None, evidence=None, needs=()):
+            decided=None, evidence=None, needs=(), by_rise=None):
         """A claim decided by ``intervals`` (with ``predicts``, and optionally an
         ``evidence(found)`` text) or by its own rule (``decided``, ``evidence``);
-        ``needs``: labels without which it is :data:`NOT_TESTED`."""
+        ``needs``: labels without which it is :data:`NOT_TESTED`. ``by_rise``: the
+        same comparisons made on the rise from L (``{name: interval}``), whose
+        verdict the caveat reports."""
         if not self.edition.has(*needs):
             self.append(Claim(key, claim, source, caveat, NOT_TESTED,
                               "the edition trained no " + ", ".join(
@@ -192,6 +211,11 @@ class _Rows(list):
         if intervals is not None:
             found = intervals(0.95)
             verdict = combine(judge(d, predicts) for d in found.values())
+            if by_rise:
+                again = combine(judge(d, predicts) for d in by_rise.values())
+                caveat += ("; the rise from L gives the same verdict"
+                           if again == verdict
+                           else f"; compared by the rise from L it is {again}")
             shown = evidence(found) if evidence else "; ".join(
                 f"{name}: {text(d)}" for name, d in found.items())
             self.append(Claim(key, claim, source, caveat, verdict, shown, intervals,
@@ -225,11 +249,13 @@ def _absolute_and_alibi(rows: _Rows, e: Edition) -> None:
              f"compared by the loss at {top}L, as their figure does",
              intervals=lambda c: {f"ALiBi − `{lab}` at {top}L": e.diff(
                  "alibi", lab, top, c) for lab in press}, predicts="negative",
-             needs=("alibi", *press))
+             needs=("alibi", *press),
+             by_rise=e.has("alibi", *press) and {
+                 lab: e.rise_diff("alibi", lab) for lab in press})
     others = [lab for lab in e.labels if lab != "alibi" and len(e.values(lab, top))]
     rows.add("alibi-lowest", "ALiBi has the lowest loss past L of all schemes",
              "a common reading of Press et al. 2022",
-             "a level, not an extrapolation: see the next row",
+             "a level, not an extrapolation: see the next row, and the reading below",
              intervals=lambda c: {lab: e.diff("alibi", lab, top, c) for lab in others},
              predicts="negative",
              evidence=lambda found: f"lower than ALiBi at {top}L: " + (", ".join(
@@ -244,9 +270,9 @@ def _absolute_and_alibi(rows: _Rows, e: Edition) -> None:
              "At the training length, ALiBi matches or beats sinusoidal, rotary and "
              "T5 bias",
              "Press et al. 2022, §B.2",
-             f"with H = {e.num_heads} heads ALiBi's slopes are "
-             + ", ".join(f"1/{1 / s:.0f}" for s in here) + "; an 8-head model also has "
-             + ", ".join(f"1/{1 / s:.0f}" for s in missing),
+             f"with H = {e.num_heads} heads ALiBi's slopes are {_fractions(here)}; "
+             "an 8-head model also has the stronger, short-range "
+             + _fractions(missing),
              intervals=lambda c: {f"ALiBi − `{lab}` at L": e.diff("alibi", lab, 1, c)
                                   for lab in press}, predicts="not higher",
              needs=("alibi", *press))
@@ -323,16 +349,20 @@ def _nope_and_context(rows: _Rows, e: Edition) -> None:
              intervals=lambda c: {
                  f"`none` − `{lab}` at {min(e.longest('none'), e.longest(lab))}L":
                  e.diff("none", lab, confidence=c) for lab in absolute},
-             predicts="negative", needs=("none", *absolute))
+             predicts="negative", needs=("none", *absolute),
+             by_rise=e.has("none", *absolute) and {
+                 lab: e.rise_diff("none", lab) for lab in absolute})
     rows.add("nope-alibi", "NoPE extrapolates better than ALiBi",
              "Kazemnejad et al. 2023",
-             "their App. F code models: past about 1.8× the training length NoPE's "
-             "perplexity rose more than ALiBi's",
+             "consistent with their App. F code models, where past about 1.8× the "
+             "training length NoPE's perplexity rose more than ALiBi's",
              intervals=lambda c: {f"`none` − `alibi` at {top}L": e.diff(
                  "none", "alibi", top, c)}, predicts="negative",
-             needs=("none", "alibi"))
+             needs=("none", "alibi"),
+             by_rise=e.has("none", "alibi") and {"alibi": e.rise_diff("none", "alibi")})
     rows.add("context", "A flat perplexity curve means the extra context is used",
-             "a common reading; Press et al. 2022 §B.2 already doubt it for ALiBi",
+             "a common reading; Press et al. 2022 §B.2 already doubt it for ALiBi; "
+             "tested in the ALiBi chapter",
              f"matched blocks start at least {top - 1}L into a file; flat (a rise "
              f"below the {FLAT} margin) allows a small, resolved rise",
              intervals=lambda c: {f"`{lab}`": e.change(lab, 1, top, "loss_matched", c)
@@ -342,9 +372,14 @@ def _nope_and_context(rows: _Rows, e: Edition) -> None:
              + "; ".join(f"{name} {text(d)}" for name, d in found.items()))
 
 
-def _retrieval(rows: _Rows, e: Edition) -> None:
+def retrieval(e: Edition) -> dict:
+    """Who learned and kept which probe in ``e``: ``probed`` (the probe models'
+    labels), ``learned`` and ``kept`` (``{(label, task): [seeds]}``: at L, and still
+    at the longest length ``top[label]``), ``learners`` (labels that learned a probe
+    with some seed), ``hidden`` (a flat language model whose probe model lost a
+    learned probe) and ``intact`` (a rising language model whose every seed learned
+    and kept a probe)."""
     probed = [lab for lab in e.labels if lab in set(e.probes["scheme"])]
-    seeds = len(e.preset["seeds"])
     learned = {(lab, task): [s for s, a in e.accuracy(lab, task, 1).items()
                              if probe_learned(a, task)]
                for lab in probed for task in PROBES}
@@ -353,12 +388,22 @@ def _retrieval(rows: _Rows, e: Edition) -> None:
     kept = {key: [s for s in found if probe_learned(
         e.accuracy(key[0], key[1], top[key[0]])[s], key[1])]
         for key, found in learned.items()}
-    hidden = [key for key, found in learned.items()
-              if key[0] in e.flat and found and kept[key] != found]
-    intact = [key for key, found in learned.items()
-              if e.rise[key[0]]["lower"] > FLAT and len(found) == seeds
-              and kept[key] == found]
-    learners = {lab for (lab, _), found in learned.items() if found}
+    return {
+        "probed": probed, "learned": learned, "kept": kept, "top": top,
+        "learners": sorted({lab for (lab, _), found in learned.items() if found}),
+        "hidden": [key for key, found in learned.items()
+                   if key[0] in e.flat and found and kept[key] != found],
+        "intact": [key for key, found in learned.items()
+                   if e.rise[key[0]]["lower"] > FLAT
+                   and len(found) == len(e.preset["seeds"]) and kept[key] == found],
+    }
+
+
+def _retrieval(rows: _Rows, e: Edition) -> None:
+    r = retrieval(e)
+    probed, learned, kept, top = r["probed"], r["learned"], r["kept"], r["top"]
+    hidden, intact, learners = r["hidden"], r["intact"], r["learners"]
+    seeds = len(e.preset["seeds"])
     caveat = (f"{len(probed) - len(learners)} of the {len(probed)} probe models "
               f"learned no probe at all, {e.probe_rate()}; the probe models are "
               "separate models of the same scheme, trained on the probes")
