@@ -295,12 +295,20 @@ def test_the_tally_sums_the_stored_seconds_by_part(capsys):
     assert parts.count("base sweep") == 11 + 3
     assert parts.count("randomized positions, DroPE and its control") == 9
     sweep = [r for r in runs if r.kind == "sweep"]
+    base = [r for r in runs if study_grid.run_part(r) == "base sweep"]
+    lm_base = [r for r in base if r.kind == "lm" and r.train_length == 64]
     stored = {r.key(CORPUS): {"provenance": {"wall_seconds": s}}
               for r, s in zip(sweep, (100.0, 300.0))}
+    stored[lm_base[0].key(CORPUS)] = {"provenance": {"wall_seconds": 50.0}}
     study.print_tally(runs, stored, CORPUS)
     lines = capsys.readouterr().out.splitlines()
     assert "| learning-rate sweep | 36 | 2 | 400 | 200 | 6,800 |" in lines
-    assert lines[-1].startswith(f"| total | {len(runs)} | 2 | 400 |")
+    # the base sweep's other language-modelling runs at L = 64 are estimated at 50 s;
+    # its probes and its other lengths have no stored run of their sort
+    n = sum(r.kind == "lm" and r.train_length == 64 for r in base) - 1
+    assert f"| base sweep | 14 | 1 | 50 | 50 | ≥ {50 * n} |" in lines
+    assert "| probes, seeds 1 and 2 | 10 | 0 | 0 | — | ≥ 0 |" in lines
+    assert lines[-1].startswith(f"| total | {len(runs)} | 3 | 450 | | ≥ ")
 
 
 def test_a_probe_accuracy_has_a_wilson_interval_over_its_scored_bytes():

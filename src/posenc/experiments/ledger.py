@@ -461,8 +461,11 @@ def _newer_methods(rows: _Rows, e: Edition) -> None:
              predicts="negative",
              needs=("fire", *rivals))
     rows.add("kerple", "Kerple's logarithmic kernel keeps its loss flat past L",
-             "Chi et al. 2022",
-             "the logarithmic kernel only; the power kernel was cut for the budget",
+             "Chi et al. 2022, Table 3",
+             "'flat' is our reading of their 'excellent extrapolation'; they trained "
+             "at 512 tokens on OpenWebText2, GitHub and arXiv and scored to 32 times "
+             "that; here the logarithmic kernel only (the power kernel was cut for the "
+             "budget)",
              intervals=lambda c: {"rise": e.change("kerple, log", 1, top,
                                                    confidence=c)},
              predicts="not higher", needs=("kerple, log",))
@@ -478,23 +481,28 @@ def _newer_methods(rows: _Rows, e: Edition) -> None:
     rows.add("random-positions",
              "Training on randomized positions improves RoPE's length generalization",
              "Ruoss et al. 2023",
-             "scored as the authors score it, on sorted positions drawn from the "
-             "training range; scored on positions 0 … E − 1 the verdict can differ "
+             "their models were encoder-only Transformers on 15 algorithmic tasks, "
+             "scored by accuracy, not language models; scored here as they score it, "
+             "on sorted positions drawn without replacement from [0, 32L), the range "
+             "drawn from in training; on positions 0 … E − 1 the verdict can differ "
              "(see the second edition's chapter)",
              intervals=drawn_minus_rope, predicts="negative",
              needs=(randomized, "rope"))
     dropped, control = "drope, from rope", "rope, continued"
     rows.add("drope-long",
-             "Dropping RoPE after training, then recalibrating briefly, lowers the "
-             "loss past L", "Gelberg et al. 2026",
-             "against the same extra training with RoPE kept; 100 steps at a third of "
-             "RoPE's rate",
+             "Dropping RoPE after training, then recalibrating briefly, extends the "
+             "usable context past L (read here as: lowers the loss past L)",
+             "Gelberg et al. 2026",
+             "their evidence is retrieval and long-context benchmarks, not loss; "
+             "against the same extra training with RoPE kept; 100 steps (a tenth of "
+             "training) at a third of RoPE's rate",
              intervals=lambda c: {f"DroPE − its control at {top}L": e.diff(
                  dropped, control, top, c)}, predicts="negative",
              needs=(dropped, control))
     rows.add("drope-at-L",
              "DroPE keeps the loss at the training length", "Gelberg et al. 2026",
-             "against the same extra training with RoPE kept",
+             "they measure this with benchmark scores at the training length; against "
+             "the same extra training with RoPE kept",
              intervals=lambda c: {"DroPE − its control at L": e.diff(
                  dropped, control, 1, c)}, predicts="not higher",
              needs=(dropped, control))

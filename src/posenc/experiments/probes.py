@@ -261,10 +261,12 @@ def probe_interval(
     (Wilson 1927; scipy's ``binomtest(...).proportion_ci(method="wilson")``).
 
     :func:`probe_accuracy` scores ``sequences`` sequences of :func:`scored_bytes`
-    bytes each, so the accuracy is a count of hits over n = sequences × scored bytes.
-    The interval treats those bytes as independent items. The bytes of one sequence
-    share their context, so it is the narrowest honest interval for one seed; compare
-    models across seeds (:func:`posenc.experiments.stats.mean_ci`).
+    bytes each, so its ``"accuracy"`` is a count of hits over n = sequences × scored
+    bytes (a depth bucket covers fewer sequences: not this function's input). The
+    interval treats those bytes as independent. The bytes of one sequence share their
+    context and tend to be right or wrong together, so the interval is too narrow: a
+    lower bound on the uncertainty of one seed's accuracy. Compare models across seeds
+    (:func:`posenc.experiments.stats.mean_ci`).
 
     Args:
         accuracy: a value of :func:`probe_accuracy`, in [0, 1].
