@@ -3,7 +3,7 @@ study's intervals into sentences (every number computed from the stored results)
 
 from __future__ import annotations
 
-from ..experiments.stats import paired_difference
+from ..experiments.stats import change, paired_difference, seed_values
 from ..experiments.study_grid import PRESETS
 
 
@@ -30,19 +30,13 @@ class Quotes:
 
     def values(self, scheme: str, multiple: int, metric: str = "loss_sliding"):
         """The loss of ``scheme`` at multiple·L, one value per seed (a Series)."""
-        lm = self.lm
-        rows = lm[
-            (lm["scheme"] == scheme)
-            & (lm["metric"] == metric)
-            & (lm["eval_length"] == multiple * self.train_length)
-        ]
-        return rows.set_index("seed")["value"]
+        return seed_values(self.lm, scheme, metric=metric,
+                           eval_length=multiple * self.train_length)
 
     def change(self, scheme, multiple, base=1, metric="loss_sliding") -> dict:
         """Loss at multiple·L minus loss at base·L, seed by seed
-        (:func:`posenc.experiments.stats.paired_difference` of the two lengths' rows):
-        ``{"mean", "lower", "upper", "n", "resolved"}``; with one seed the interval is
-        NaN and the change not resolved.
+        (:func:`posenc.experiments.stats.change`): ``{"mean", "lower", "upper", "n",
+        "resolved"}``; with one seed the interval is NaN and the change not resolved.
 
         Raises:
             ValueError: ``multiple`` equals ``base``, or the two lengths share no seed
@@ -50,19 +44,14 @@ class Quotes:
         """
         if multiple == base:
             raise ValueError(f"multiple and base must differ, got {multiple} for both")
-        lm = self.lm
-        rows = lm[(lm["scheme"] == scheme) & (lm["metric"] == metric)]
-        sides = {multiple * self.train_length: "at", base * self.train_length: "base"}
-        rows = rows[rows["eval_length"].isin(sides)]
-        # the two lengths as two "schemes", so that they pair seed by seed
-        pairs = rows.assign(scheme=rows["eval_length"].map(sides))
-        try:
-            return paired_difference(pairs, "at", "base")
-        except ValueError:
+        found = change(self.lm, scheme, base * self.train_length,
+                       multiple * self.train_length, metric=metric)
+        if found is None:
             raise ValueError(
                 f"{scheme!r} has no seed scored at both {multiple}·L and {base}·L "
                 f"({metric})"
-            ) from None
+            )
+        return found
 
     def versus(self, a, b, multiple, metric="loss_sliding") -> dict:
         """Scheme ``a`` minus scheme ``b`` at multiple·L (:func:`paired_difference`)."""
