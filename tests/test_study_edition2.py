@@ -12,7 +12,7 @@ import torch
 import posenc.experiments.study as study
 import posenc.experiments.study_grid as study_grid
 from posenc.alibi import alibi_slopes
-from posenc.experiments import probes, store
+from posenc.experiments import probes, store, study_cost
 from posenc.layers.model import TinyLM
 from posenc.rope import base_lower_bound
 from posenc.schemes import chapter_schemes
@@ -288,19 +288,19 @@ def test_the_tally_sums_the_stored_seconds_by_part(capsys):
     and an estimate for the rest at the part's mean."""
     runs, _, _ = _grid()
     runs = list({r.key(CORPUS): r for r in runs}.values())  # as planned_runs lists them
-    parts = [study_grid.run_part(r) for r in runs]
+    parts = [study_cost.run_part(r) for r in runs]
     assert parts.count("learning-rate sweep") == 12 * 3
     assert parts.count("probe-rate sweep") == 5 * 3
     assert parts.count("probes, seeds 1 and 2") == 5 * 2
     assert parts.count("base sweep") == 11 + 3
     assert parts.count("randomized positions, DroPE and its control") == 9
     sweep = [r for r in runs if r.kind == "sweep"]
-    base = [r for r in runs if study_grid.run_part(r) == "base sweep"]
+    base = [r for r in runs if study_cost.run_part(r) == "base sweep"]
     lm_base = [r for r in base if r.kind == "lm" and r.train_length == 64]
     stored = {r.key(CORPUS): {"provenance": {"wall_seconds": s}}
               for r, s in zip(sweep, (100.0, 300.0))}
     stored[lm_base[0].key(CORPUS)] = {"provenance": {"wall_seconds": 50.0}}
-    study.print_tally(runs, stored, CORPUS)
+    study_cost.print_tally(runs, stored, CORPUS)
     lines = capsys.readouterr().out.splitlines()
     assert "| learning-rate sweep | 36 | 2 | 400 | 200 | 6,800 |" in lines
     # the base sweep's other language-modelling runs at L = 64 are estimated at 50 s;

@@ -51,13 +51,13 @@ from ..layers.train import tqdm
 from ..utils import usable_cpus
 from .store import StaleResultsError, results_dir
 from .study_cell import execute, training_prefix
+from .study_cost import print_tally
 from .study_grid import (
     PRESETS,
     StudyRun,
     best_probe_rates,
     edition,
     planned_runs,
-    run_part,
     stored_corpus,
     study_corpus,
     sweep_runs,
@@ -540,41 +540,6 @@ def _list(name: str, preset: str) -> int:
     if edition(preset) >= 2:
         print_tally(runs, stored, corpus)
     return 0
-
-
-def print_tally(runs: list[StudyRun], stored: dict[str, dict], corpus) -> None:
-    """design.md's tally of the second edition: per part (:func:`run_part`), its
-    runs, how many are stored, their process seconds when computed (and their mean)
-    and, for the runs still missing, an estimate: each at the mean of the stored runs
-    of its sort (the same part, kind, training length and recalibration or not). A
-    missing run of a sort with none stored has no estimate: its part and the total
-    are then marked "≥"."""
-    def sort(run):
-        return run_part(run), run.kind, run.train_length, bool(run.recalibration)
-
-    seconds = {run: (stored[run.key(corpus)]["provenance"]["wall_seconds"]
-                     if run.key(corpus) in stored else None) for run in runs}
-    by_sort: dict[tuple, list] = {}
-    for run, value in seconds.items():
-        if value is not None:
-            by_sort.setdefault(sort(run), []).append(value)
-    print("| part | runs | stored | process seconds stored | each | to go, estimated |")
-    print("|---|---|---|---|---|---|")
-    total, unknown_total = [0, 0, 0.0, 0.0], False
-    for part in dict.fromkeys(run_part(run) for run in runs):
-        mine = [run for run in runs if run_part(run) == part]
-        have = [seconds[run] for run in mine if seconds[run] is not None]
-        missing = [run for run in mine if seconds[run] is None]
-        known = [by_sort[sort(run)] for run in missing if sort(run) in by_sort]
-        left = sum(sum(v) / len(v) for v in known)
-        unknown = len(known) < len(missing)
-        unknown_total |= unknown
-        each = f"{sum(have) / len(have):,.0f}" if have else "—"
-        print(f"| {part} | {len(mine)} | {len(have)} | {sum(have):,.0f} | {each} | "
-              f"{'≥ ' if unknown else ''}{left:,.0f} |")
-        total = [t + v for t, v in zip(total, (len(mine), len(have), sum(have), left))]
-    print(f"| total | {total[0]} | {total[1]} | {total[2]:,.0f} | | "
-          f"{'≥ ' if unknown_total else ''}{total[3]:,.0f} |")
 
 
 def _check(name: str, preset: str, device: str, threads: int) -> int:

@@ -435,23 +435,6 @@ def base_label(base: float) -> str:
     return f"rope, base = 1e{round(math.log10(base))}"
 
 
-def run_part(run: StudyRun) -> str:
-    """The part of the second edition a run belongs to, as design.md's tally names
-    it (the sweeps are seed 0's runs at each rate; a main run at seed 0 scores the
-    sweep's trained model)."""
-    if run.label.startswith("rope, base"):
-        return "base sweep"
-    if run.train_options or run.recalibration:
-        return "randomized positions, DroPE and its control"
-    if run.kind == "sweep":
-        return "learning-rate sweep"
-    if run.kind == "probe":
-        return "probe-rate sweep" if run.seed == 0 else "probes, seeds 1 and 2"
-    if run.seed == 0:
-        return "language modelling, seed 0 (scoring only)"
-    return "language modelling, seeds 1 and 2"
-
-
 def _edition2_runs(
     lrs: dict[str, float], probe_lrs: dict[str, float], preset: str
 ) -> list[StudyRun]:
