@@ -2,9 +2,9 @@
 re-exported here, so that a chapter writes ``from posenc.experiments import
 book_scale, ...``), the one stored-results protocol (:mod:`.store`, dispatching
 runs through :mod:`.executor`: local processes or SLURM via submitit), the
-length-generalization study (:mod:`.study` with :mod:`.study_grid`, :mod:`.study_cost`, :mod:`.probes`,
-:mod:`.ledger`,
-:mod:`.lm_evaluation`, :mod:`.stats`), the pretrained-model study
+length-generalization study (:mod:`.study` with :mod:`.study_grid`,
+:mod:`.study_cost`, :mod:`.probes`, :mod:`.lm_evaluation`, :mod:`.stats`, and the
+claims ledger :mod:`.ledger`), the pretrained-model study
 (:mod:`.pretrained_study`) and the benchmarks
 (:mod:`.bench`, with the CPU RoPE kernel they measure, :mod:`.kernels`).
 
