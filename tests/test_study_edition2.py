@@ -285,7 +285,8 @@ def test_the_probe_pilot_says_what_design_md_says():
 
 def test_the_tally_sums_the_stored_seconds_by_part(capsys):
     """``study --list`` 's tally (design.md's): per part its runs, the seconds stored
-    and an estimate for the rest at the part's mean."""
+    and an estimate for the rest, from stored runs of the same sort, else of the same
+    kind and length in another part (never across the scoring-only part)."""
     runs, _, _ = _grid()
     runs = list({r.key(CORPUS): r for r in runs}.values())  # as planned_runs lists them
     parts = [study_cost.run_part(r) for r in runs]
@@ -297,18 +298,24 @@ def test_the_tally_sums_the_stored_seconds_by_part(capsys):
     sweep = [r for r in runs if r.kind == "sweep"]
     base = [r for r in runs if study_cost.run_part(r) == "base sweep"]
     lm_base = [r for r in base if r.kind == "lm" and r.train_length == 64]
+    probe_sweep = [r for r in runs if study_cost.run_part(r) == "probe-rate sweep"]
     stored = {r.key(CORPUS): {"provenance": {"wall_seconds": s}}
               for r, s in zip(sweep, (100.0, 300.0))}
     stored[lm_base[0].key(CORPUS)] = {"provenance": {"wall_seconds": 50.0}}
+    stored[probe_sweep[0].key(CORPUS)] = {"provenance": {"wall_seconds": 500.0}}
     study_cost.print_tally(runs, stored, CORPUS)
     lines = capsys.readouterr().out.splitlines()
     assert "| learning-rate sweep | 36 | 2 | 400 | 200 | 6,800 |" in lines
-    # the base sweep's other language-modelling runs at L = 64 are estimated at 50 s;
-    # its probes and its other lengths have no stored run of their sort
-    n = sum(r.kind == "lm" and r.train_length == 64 for r in base) - 1
-    assert f"| base sweep | 14 | 1 | 50 | 50 | ≥ {50 * n} |" in lines
-    assert "| probes, seeds 1 and 2 | 10 | 0 | 0 | — | ≥ 0 |" in lines
-    assert lines[-1].startswith(f"| total | {len(runs)} | 3 | 450 | | ≥ ")
+    # seeds 1 and 2 fall back to the base sweep's language model at L = 64, and their
+    # probes to the probe-rate sweep's; the scoring-only runs have nothing to go by
+    assert "| language modelling, seeds 1 and 2 | 24 | 0 | 0 | — | 1,200 |" in lines
+    assert "| probes, seeds 1 and 2 | 10 | 0 | 0 | — | 5,000 |" in lines
+    assert "| language modelling, seed 0 (scoring only) | 12 | 0 | 0 | — | ≥ 0 |" in lines
+    # the base sweep: its other language models at L = 64 at 50 s, its probes at 500 s;
+    # nothing to go by at its other lengths
+    n = len(lm_base) - 1
+    assert f"| base sweep | 14 | 1 | 50 | 50 | ≥ {50 * n + 3 * 500:,} |" in lines
+    assert lines[-1].startswith(f"| total | {len(runs)} | 4 | 950 | | ≥ ")
 
 
 def test_a_probe_accuracy_has_a_wilson_interval_over_its_scored_bytes():

@@ -25,32 +25,50 @@ def run_part(run: StudyRun) -> str:
     return "language modelling, seeds 1 and 2"
 
 
+#: The part whose runs only score a model the sweep trained: cheaper than a training
+#: run, so neither estimates the other.
+SCORING_ONLY = "language modelling, seed 0 (scoring only)"
+
+
+def _sorts(run: StudyRun) -> tuple[tuple, tuple | None]:
+    """A run's sort (its part, kind, training length and recalibration or not), and
+    the wider sort it falls back to when its own has no stored run (the same but for
+    the part; None for a scoring-only run)."""
+    wide = (run.kind, run.train_length, bool(run.recalibration))
+    part = run_part(run)
+    return (part, *wide), (None if part == SCORING_ONLY else wide)
+
+
 def print_tally(runs: list[StudyRun], stored: dict[str, dict], corpus) -> None:
     """design.md's tally of the second edition: per part (:func:`run_part`), its
     runs, how many are stored, their process seconds when computed (and their mean)
     and, for the runs still missing, an estimate: each at the mean of the stored runs
-    of its sort (the same part, kind, training length and recalibration or not). A
-    missing run of a sort with none stored has no estimate: its part and the total
-    are then marked "≥"."""
-    def sort(run):
-        return run_part(run), run.kind, run.train_length, bool(run.recalibration)
-
+    of its sort (the same part, kind, training length and recalibration or not), or
+    failing that of its wider sort (the same but for the part; never across the
+    scoring-only part). A missing run with neither has no estimate: its part and the
+    total are then marked "≥"."""
     seconds = {run: (stored[run.key(corpus)]["provenance"]["wall_seconds"]
                      if run.key(corpus) in stored else None) for run in runs}
-    by_sort: dict[tuple, list] = {}
+    pools: dict[tuple, list] = {}
     for run, value in seconds.items():
         if value is not None:
-            by_sort.setdefault(sort(run), []).append(value)
+            for key in _sorts(run):
+                if key is not None:
+                    pools.setdefault(key, []).append(value)
+
+    def estimate(run):
+        pool = next((pools[k] for k in _sorts(run) if k in pools), None)
+        return None if pool is None else sum(pool) / len(pool)
+
     print("| part | runs | stored | process seconds stored | each | to go, estimated |")
     print("|---|---|---|---|---|---|")
     total, unknown_total = [0, 0, 0.0, 0.0], False
     for part in dict.fromkeys(run_part(run) for run in runs):
         mine = [run for run in runs if run_part(run) == part]
         have = [seconds[run] for run in mine if seconds[run] is not None]
-        missing = [run for run in mine if seconds[run] is None]
-        known = [by_sort[sort(run)] for run in missing if sort(run) in by_sort]
-        left = sum(sum(v) / len(v) for v in known)
-        unknown = len(known) < len(missing)
+        guesses = [estimate(run) for run in mine if seconds[run] is None]
+        left = sum(g for g in guesses if g is not None)
+        unknown = None in guesses
         unknown_total |= unknown
         each = f"{sum(have) / len(have):,.0f}" if have else "—"
         print(f"| {part} | {len(mine)} | {len(have)} | {sum(have):,.0f} | {each} | "
