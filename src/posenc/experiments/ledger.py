@@ -25,7 +25,7 @@ from typing import Callable
 from ..alibi import alibi_slopes
 from ..schemes import build_scheme
 from .probes import PROBES, probe_floor, probe_learned
-from .stats import change, paired_difference, seed_values
+from .stats import change, difference_interval, paired_difference, seed_values
 from .study_grid import MULTIPLES, PRESETS
 
 #: The margin of a "not higher" claim, nats per byte: a perplexity within 5 %. A
@@ -156,13 +156,10 @@ class Edition:
     def rise_diff(self, a: str, b: str, confidence=0.95) -> dict:
         """``a`` 's rise from L minus ``b`` 's, to the longest length both run,
         paired by seed."""
-        from .stats import mean_ci
-
         m = min(self.longest(a), self.longest(b))
         d = (self.values(a, m) - self.values(a, 1)) - (self.values(b, m)
                                                        - self.values(b, 1))
-        mean, lo, hi = mean_ci(d.dropna().to_numpy(), confidence)
-        return {"mean": mean, "lower": lo, "upper": hi}
+        return difference_interval(d.dropna().tolist(), confidence)
 
     def has(self, *labels: str) -> bool:
         """Whether this edition trained every one of ``labels``."""
@@ -474,9 +471,8 @@ def _newer_methods(rows: _Rows, e: Edition) -> None:
     def drawn_minus_rope(c):
         drawn = e.values(randomized, top, "loss_sliding_drawn")
         rope = e.values("rope", top)
-        mean, lo, hi = _interval(drawn - rope, c)
-        return {f"`{randomized}` (drawn positions) − `rope` at {top}L": {
-            "mean": mean, "lower": lo, "upper": hi}}
+        return {f"`{randomized}` (drawn positions) − `rope` at {top}L":
+                difference_interval((drawn - rope).dropna().tolist(), c)}
 
     rows.add("random-positions",
              "Training on randomized positions improves RoPE's length generalization",
@@ -506,12 +502,6 @@ def _newer_methods(rows: _Rows, e: Edition) -> None:
              intervals=lambda c: {"DroPE − its control at L": e.diff(
                  dropped, control, 1, c)}, predicts="not higher",
              needs=(dropped, control))
-
-
-def _interval(values, confidence: float):
-    from .stats import mean_ci
-
-    return mean_ci(values.dropna().to_numpy(), confidence)
 
 
 def ledger(edition: Edition) -> list[Claim]:

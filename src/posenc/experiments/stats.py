@@ -58,24 +58,21 @@ def paired_difference(df, a: str, b: str, *, confidence: float = 0.95, **where) 
     Raises:
         ValueError: if the two schemes share no seed under ``where``.
     """
-    sel = _main_rows(df)
-    for column, value in where.items():
-        sel = sel[sel[column] == value]
-    ta = sel[sel["scheme"] == a].set_index("seed")["value"]
-    tb = sel[sel["scheme"] == b].set_index("seed")["value"]
+    ta, tb = seed_values(df, a, **where), seed_values(df, b, **where)
     seeds = sorted(set(ta.index) & set(tb.index))
     if not seeds:
         raise ValueError(f"schemes {a!r} and {b!r} share no seed under {where}")
-    diff = [float(ta[s] - tb[s]) for s in seeds]
-    mean, lo, hi = mean_ci(diff, confidence)
+    return difference_interval([float(ta[s] - tb[s]) for s in seeds], confidence)
+
+
+def difference_interval(differences, confidence: float = 0.95) -> dict:
+    """The mean of per-seed differences with its Student-t interval
+    (:func:`mean_ci`): ``{"mean", "lower", "upper", "n", "resolved"}``; ``resolved``
+    is True when the interval excludes 0 (never with one seed)."""
+    mean, lo, hi = mean_ci(differences, confidence)
     resolved = bool(not math.isnan(lo) and (lo > 0 or hi < 0))
-    return {
-        "mean": mean,
-        "lower": lo,
-        "upper": hi,
-        "n": len(seeds),
-        "resolved": resolved,
-    }
+    return {"mean": mean, "lower": lo, "upper": hi, "n": len(differences),
+            "resolved": resolved}
 
 
 def seed_values(df, scheme: str, **where):
@@ -115,10 +112,7 @@ def change(
     seeds = sorted(set(after.index) & set(before.index))
     if not seeds:
         return None
-    mean, lo, hi = mean_ci([after[s] - before[s] for s in seeds], confidence)
-    resolved = bool(not math.isnan(lo) and (lo > 0 or hi < 0))
-    return {"mean": mean, "lower": lo, "upper": hi, "n": len(seeds),
-            "resolved": resolved}
+    return difference_interval([float(after[s] - before[s]) for s in seeds], confidence)
 
 
 def quote(df, scheme: str, *, digits: int = 2, **where) -> str:
