@@ -488,3 +488,22 @@ def test_stored_keys_are_their_runs_keys_and_old_records_say_head_dim():
     with pytest.raises(ValueError, match="both 'd_head' and 'head_dim'"):
         study.upgrade_record({"key": "k", "model": {"d_head": 4, "head_dim": 4}})
     assert study.upgrade_record({"key": "k"}) == {"key": "k"}
+
+
+def test_the_stored_gpu_runs_belong_to_its_sweep():
+    """The GPU preset's stored runs (book/design.md, 'Where the runs were computed'): each
+    is a run of its learning-rate sweep, computed on CUDA; every scheme swept at all three
+    of its first rates did best at 3e-3, the reason its sweep gained 1e-2."""
+    corpus = study_grid.study_corpus()
+    records = study._stored("length_generalization", "gpu")
+    sweep = {run.key(corpus): run for run in study_grid.sweep_runs("gpu")}
+    assert records and set(records) <= set(sweep)
+    assert {rec["provenance"]["device"] for rec in records.values()} == {"cuda"}
+    loss = {}
+    for key, rec in records.items():
+        (value,) = [r["value"] for r in rec["rows"] if r["metric"] == "loss_sliding"]
+        loss.setdefault(sweep[key].label, {})[sweep[key].lr] = value
+    complete = {lab: by_lr for lab, by_lr in loss.items() if set(by_lr) >= {3e-4, 1e-3, 3e-3}}
+    assert len(complete) >= 7
+    assert all(min(by_lr, key=by_lr.get) == 3e-3 for by_lr in complete.values())
+    assert 1e-2 in study_grid.PRESETS["gpu"]["learning_rates"]
