@@ -49,7 +49,7 @@ def kerple_naive(scheme, m, n, h):
 
 
 def fire_naive(scheme, i, j, h):
-    """Li et al. 2024, §3.2: f_θ(ψ(i − j) / ψ(max(L, i))), ψ(x) = log(c x + 1), the
+    """Li et al. 2024, §3: f_θ(ψ(i − j) / ψ(max(L, i))), ψ(x) = log(c x + 1), the
     MLP written out unit by unit."""
     c = abs(scheme.c.item())
     L = abs(scheme.threshold_scale.item() * scheme.init_threshold)

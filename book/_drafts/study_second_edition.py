@@ -134,16 +134,16 @@ assert alibi_slopes(first.num_heads).tolist() == [1 / 16, 1 / 256]
 ''', tags=["hide-cell"])
 md(r"""
 ALiBi's slopes are $2^{-8h/H}$ for heads $h = 1 … H$. Four heads give 1/4, 1/16, 1/64 and
-1/256; the first edition's two heads had only 1/16 and 1/256. The paper's models had eight heads
-or more, so they also had the steepest slope, 1/2, which this model still lacks.
+1/256; the first edition's two heads had only 1/16 and 1/256. Every model of the paper had at
+least eight heads, and so the slope 1/2, which this model still lacks.
 """)
 
 # --- Kerple and FIRE
 md(r"""
 ## Two new biases: Kerple and FIRE
 
-Both add a learned function of the distance $d = i - j$ to the attention score, as ALiBi adds a
-fixed one. **Kerple** {footcite:p}`chi2022kerple` subtracts a kernel with two learned parameters
+Both add a learned bias to the attention score where ALiBi adds a fixed one: Kerple's depends on
+the distance $d = i - j$ alone, FIRE's also on the query's position $i$. **Kerple** {footcite:p}`chi2022kerple` subtracts a kernel with two learned parameters
 per head; its log variant is
 
 $$b_h(d) = -r_1 \log(1 + r_2 d), \qquad r_1, r_2 > 0.$$
@@ -262,7 +262,8 @@ md(r"""
 
 Two recent methods keep RoPE's architecture and change its training.
 **Randomized positions** {footcite:p}`ruoss2023randomized` train on position indices drawn, sorted,
-from a range 32 times longer than $L$, so the model has seen every index it will meet at $8L$.
+from a range 32 times longer than $L$, so the model has seen every index it will meet at $8L$
+(32 is our choice: four times the longest evaluation, the ratio the authors used).
 **DroPE** {footcite:p}`gelberg2026drope` drops the positional encoding after training and
 recalibrates briefly without it. Its control trains the same steps on with the encoding kept.
 """, "slide")

@@ -4,7 +4,7 @@ arXiv:2310.04418, §3).
 
 FIRE adds to the score of query position i and key position j ≤ i a bias that a small
 learned MLP f_θ computes from the distance, log-transformed and normalised by the
-query's own position (§3.2, "progressive interpolation"):
+query's own position (§3, "progressive interpolation"):
 
     b_h(i, j) = f_θ( ψ(i − j) / ψ(max(L, i)) )_h,    ψ(x) = log(c·x + 1),
 
@@ -16,7 +16,7 @@ beyond it; the learned threshold L keeps short queries (i < L) from being stretc
 over [0, 1]. FIRE is causal only: pairs j > i are hidden by the causal mask (the code
 evaluates them at |i − j| so that they stay finite).
 
-Parametrisation (§3.2 and the paper's implementation): f_θ is Linear(1, 32) → ReLU →
+Parametrisation (§3 and the paper's implementation): f_θ is Linear(1, 32) → ReLU →
 Linear(32, H), PyTorch's default initialisation; c is one learned scalar, initialised
 to 0.1 and used as |c|; the threshold is L = |ℓ · L₀| with a learned scalar ℓ
 initialised to 1 and a fixed L₀ = 512; ε = 10⁻⁶ is added to the denominator. Those
@@ -46,7 +46,7 @@ from .schemes import (
     sequence_positions,
 )
 
-#: The paper's defaults (Li et al. 2024, §3.2 and its implementation).
+#: The paper's defaults (Li et al. 2024, §3 and its implementation).
 FIRE_MLP_WIDTH = 32
 FIRE_INIT_C = 0.1
 FIRE_INIT_THRESHOLD = 512.0
@@ -91,7 +91,7 @@ def fire_inputs(
     Raises:
         ValueError: positions of another shape.
 
-    Source: Li et al. 2024, §3.2 (the log transform and progressive interpolation).
+    Source: Li et al. 2024, §3 (the log transform and progressive interpolation).
     """
     qp = sequence_positions(q_positions).to(c.dtype)
     kp = sequence_positions(k_positions).to(c.dtype)

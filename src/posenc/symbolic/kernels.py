@@ -64,7 +64,7 @@ def kerple_power_kernel() -> dict[str, sp.Basic]:
 
 def fire_interpolation() -> dict[str, sp.Basic]:
     """FIRE's input x(i, j) = ψ(i − j) / ψ(max(L, i)), ψ(u) = log(1 + c·u), c > 0
-    (Li et al. 2024, §3.2), for causal pairs 0 ≤ j ≤ i:
+    (Li et al. 2024, §3), for causal pairs 0 ≤ j ≤ i:
 
     * for i ≥ L (max(L, i) = i), write i = L + a and j = i − d with 0 ≤ d ≤ i: then
       ψ(d) ≥ 0 and ψ(i) − ψ(d) = log((1 + c·i) / (1 + c·d)) = log(1 + c·j / (1 + c·d))
