@@ -464,6 +464,18 @@ def test_quotes_change_keeps_the_stored_values():
     assert compared > 50
 
 
+def test_quotes_reads_either_edition():
+    """``Quotes(preset=...)`` loads that edition's stored runs at its own L; an unknown
+    preset is named in the error."""
+    second = Quotes(preset="cpu2", strict=False)
+    assert second.preset == "cpu2"
+    assert second.train_length == study_grid.PRESETS["cpu2"]["train"]["seq_len"]
+    assert set(second.lm["key"]) <= set(study._stored("length_generalization", "cpu2"))
+    assert not set(second.lm["key"]) & set(Quotes().lm["key"])
+    with pytest.raises(ValueError, match="'cpu3'"):
+        Quotes(preset="cpu3")
+
+
 def test_stored_keys_are_their_runs_keys_and_old_records_say_head_dim():
     """A record's key (and file name) is recomputed from its run alone, with the
     stored corpus's identity; records stored with ``d_head`` load with ``head_dim``."""

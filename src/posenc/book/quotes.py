@@ -14,17 +14,27 @@ class Quotes:
     Args:
         df: :func:`posenc.experiments.study.load_results` (default: loaded, with
             ``strict``).
-        train_length: which L (default: the cpu preset's).
+        train_length: which L (default: the preset's).
         strict: passed to :func:`posenc.experiments.study.load_results` when ``df`` is
-        not given.
+            not given.
+        preset: which edition ``df`` is loaded from and ``train_length`` defaults to:
+            ``"cpu"`` (the first) or ``"cpu2"`` (the second edition).
+
+    Raises:
+        ValueError: an unknown preset.
     """
 
-    def __init__(self, df=None, *, train_length: int | None = None, strict=True):
+    def __init__(
+        self, df=None, *, train_length: int | None = None, strict=True, preset="cpu"
+    ):
+        if preset not in PRESETS:
+            raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
         if df is None:
             from ..experiments.study import load_results
 
-            df = load_results(strict=strict)
-        self.train_length = train_length or PRESETS["cpu"]["train"]["seq_len"]
+            df = load_results(preset=preset, strict=strict)
+        self.preset = preset
+        self.train_length = train_length or PRESETS[preset]["train"]["seq_len"]
         self.lm = df[(df["kind"] == "lm") & (df["train_length"] == self.train_length)]
         self.seeds = self.lm["seed"].nunique()
 
