@@ -4,10 +4,11 @@ sentence to a chapter's markdown cell and its check to the code cell that assert
 first edition's sentence. --check runs every check alone on the stored results, non-strict.
 Not part of the build."""
 import json
+import os
 import sys
 from pathlib import Path
 
-BOOK = Path(__file__).resolve().parents[1]
+BOOK = Path(os.environ.get("POSENC_BOOK_DIR", Path(__file__).resolve().parents[1]))
 Q2 = 'quotes2 = Quotes(preset="cpu2", strict=True)  # the second edition: 4 heads, 4 layers\n'
 
 UPDATES = [
@@ -163,6 +164,52 @@ def apply(dry=False):
         print("updated", path.name)
 
 
+def update_ledger(dry=False):
+    """The claims ledger judged on both editions, and what the second changed."""
+    path = BOOK / "claims_ledger.ipynb"
+    nb = json.loads(path.read_text())
+    cells = nb["cells"]
+    edits = [
+        ('EDITIONS = {"first edition": Edition(load_results(strict=STRICT), "cpu")}',
+         'EDITIONS = {"first edition": Edition(load_results(strict=STRICT), "cpu"),\n'
+         '            "second edition": Edition(load_results(preset="cpu2", strict=STRICT), "cpu2")}'),
+        ("its results {doc}`study_results`.",
+         "its results {doc}`study_results`, and those of its second edition (four heads, four layers, "
+         "newer methods) {doc}`study_second_edition`."),
+        ("{footcite:t}`peng2024yarn`, and the earlier chapters",
+         "{footcite:t}`peng2024yarn`, {footcite:t}`li2024fire`, {footcite:t}`chi2022kerple`, "
+         "{footcite:t}`ruoss2023randomized`, {footcite:t}`gelberg2026drope`, and the earlier chapters"),
+    ]
+    for old, new in edits:
+        (cell,) = [c for c in cells if old in _source(c)]
+        cell["source"] = _source(cell).replace(old, new).splitlines(True)
+    (i,) = [k for k, c in enumerate(cells) if "Bonferroni over the rows" in _source(c)]
+    new_cells = [
+        ("markdown", "### What the second edition changed", "subslide", None),
+        ("code", """both = [key for key in shown if not any(judged[n][key].verdict.startswith("not tested") for n in EDITIONS)]
+moved = [key for key in both if judged["first edition"][key].verdict != judged["second edition"][key].verdict]
+only_second = [key for key in shown if judged["first edition"][key].verdict == NOT_TESTED
+               and not judged["second edition"][key].verdict.startswith("not tested")]
+lines = [f"- row {row_of[key]}: *{judged['first edition'][key].verdict}* → "
+         f"**{judged['second edition'][key].verdict}**" for key in moved]
+display(Markdown(
+    f"Both editions test {len(both)} claims; {len(both) - len(moved)} keep their verdict and these change:\\n\\n"
+    + "\\n".join(lines) + f"\\n\\nThe second edition also tests {len(only_second)} claims the first could not "
+    "(rows " + ", ".join(str(row_of[key]) for key in only_second) + ")."))""", "-", ["remove-input"]),
+    ]
+    for offset, (kind, src, slide, tags) in enumerate(new_cells, start=1):
+        cell = {"cell_type": kind, "id": f"ed2-ledger-{offset}", "metadata": {"slideshow": {"slide_type": slide}},
+                "source": src.splitlines(True)}
+        if tags:
+            cell["metadata"]["tags"] = tags
+        if kind == "code":
+            cell.update(execution_count=None, outputs=[])
+        cells.insert(i + offset, cell)
+    if not dry:
+        path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    print("updated", path.name)
+
+
 def check():
     """Each check alone, on the stored results, non-strict (the grid may be incomplete)."""
     from posenc.book.quotes import Quotes  # noqa: F401
@@ -184,4 +231,8 @@ def check():
 
 
 if __name__ == "__main__":
-    check() if "--check" in sys.argv else apply("--dry" in sys.argv)
+    if "--check" in sys.argv:
+        check()
+    else:
+        apply("--dry" in sys.argv)
+        update_ledger("--dry" in sys.argv)
