@@ -210,6 +210,51 @@ display(Markdown(
     print("updated", path.name)
 
 
+TEACHING_PLAN = """### The study, second edition — 40 minutes
+
+<a href="../slides/study_second_edition.slides.html">Deck</a> · [Chapter](study_second_edition.ipynb)
+
+- **Objectives.** Say what the second edition changed and why ALiBi's slopes depend on the number
+  of heads; state Kerple's log kernel and FIRE's normalised input, and the properties SymPy proves
+  for every parameter value; read which models hold their loss past $L$ now, and which verdicts of
+  the claims ledger changed; compare randomized positions and DroPE with plain RoPE, seed by seed;
+  compute Men et al.'s lower bound of the base and compare it with the measured base sweep; judge
+  a probe learned, seed by seed, against its floor.
+- **Live demos.** The table of the two editions; the Kerple and FIRE proofs; the two loss figures
+  (ask the room to predict the new biases first); the changed rows of the ledger; the base sweep
+  beside the bound; the probe figures, with the floor and the "learned" line.
+- **Assign.** {ref}`Kerple's gentle penalty <ex-se-kerple>` (everyone); {ref}`The bound at longer
+  lengths <ex-se-bound>`.
+
+"""
+
+
+def update_book_files(dry=False):
+    """The chapter in the table of contents and on the teaching page; the second edition
+    verified by `make book` and checked in part by `make test`."""
+    root = BOOK.parent
+    edits = {
+        "_toc.yml": ("      - file: book/study_results\n",
+                     "      - file: book/study_results\n      - file: book/study_second_edition\n"),
+        "book/teaching.md": ("### The cost of positions: RoPE on a CPU", TEACHING_PLAN + "### The cost of positions: RoPE on a CPU"),
+        "Makefile": ("\t$(BIN)/python -m posenc.experiments.study --verify --preset cpu\n",
+                     "\t$(BIN)/python -m posenc.experiments.study --verify --preset cpu\n"
+                     "\t$(BIN)/python -m posenc.experiments.study --verify --preset cpu2\n"),
+    }
+    check_line = "\t$(BIN)/python -m posenc.experiments.study --check --preset cpu\n"
+    for name, (old, new) in edits.items():
+        path = root / name
+        text = path.read_text()
+        assert text.count(old) == 1, name
+        text = text.replace(old, new)
+        if name == "Makefile":
+            assert text.count(check_line) == 1
+            text = text.replace(check_line, check_line + check_line.replace("--preset cpu", "--preset cpu2"))
+        if not dry:
+            path.write_text(text)
+        print("updated", name)
+
+
 def check():
     """Each check alone, on the stored results, non-strict (the grid may be incomplete)."""
     from posenc.book.quotes import Quotes  # noqa: F401
@@ -236,3 +281,4 @@ if __name__ == "__main__":
     else:
         apply("--dry" in sys.argv)
         update_ledger("--dry" in sys.argv)
+        update_book_files("--dry" in sys.argv)

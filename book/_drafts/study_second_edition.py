@@ -164,7 +164,7 @@ log_kernel = symbolic_kernels.kerple_log_kernel()
 for claim, proved in log_kernel.items():
     assert proved is sp.true or proved is True, claim  # general: r1, r2 > 0, d >= 0 are symbols
 list(log_kernel)
-''')
+''', "fragment")
 md(r"""
 Each entry is a general statement, proved: the bias is zero at $d = 0$, falls with distance,
 is convex, and never falls below the line $-r_1 r_2 d$ — an ALiBi slope of $r_1 r_2$.
@@ -174,7 +174,7 @@ fire = symbolic_kernels.fire_interpolation()
 for claim, proved in fire.items():
     assert proved is sp.true or proved is True, claim  # general: c > 0, 0 <= j <= i are symbols
 list(fire)
-''')
+''', "fragment")
 md(r"""
 FIRE's input lies in $[0, 1]$ for every causal pair, at any length: proved, not sampled. The
 package computes both biases from the positions alone:
@@ -390,6 +390,8 @@ md(r"""
 Every scheme's language model trained at three peak rates with seed 0, and kept the rate with
 the lowest loss at $L$. The probe models did the same over their own three rates.
 """, "slide")
+notes("""A rate chosen at the edge of a sweep may not be the best one: check that each bold value has a
+worse rate on both sides, or say which schemes sit at an edge.""")
 code('''
 sw = df[(df["kind"] == "sweep") & (df["metric"] == "loss_sliding")]
 table = sw.pivot_table(index="scheme", columns="lr", values="value")
@@ -413,11 +415,17 @@ md(r"""
 - **Not run:** CoPE, the $L = 256$ rows and a fourth seed, dropped to keep the grid near 12
   CPU-hours (see {doc}`design`).
 """, "slide")
+notes("""Every verdict of this chapter holds for this model size, this corpus and three seeds. Ask what
+would change the picture: more heads for ALiBi, longer training, another corpus.""")
 md("## Key takeaways", "slide")
+notes("""Ask which verdicts of the first edition the room would still teach, and which they would now
+qualify with the model size.""")
 md(r"""
 - TAKEAWAYS
 """)
 md("## Exercises", "slide")
+notes("""The Kerple exercise makes the log kernel's gentleness concrete; the bound exercise shows how fast
+the base a length needs grows.""")
 md(r"""
 ```{exercise}
 :label: ex-se-kerple
