@@ -62,7 +62,11 @@ md(r"""
 Do the first edition's verdicts survive a model with four heads and four layers, probes that are
 actually learned, and the length-generalization methods of 2022–2026?
 
-**Short answer.** SHORT_ANSWER
+**Short answer.** Mostly, and one verdict softens. With four heads, ALiBi's loss at $L$ is level
+with the sinusoidal model's instead of the worst of all, though still behind the relative biases and
+RoPE. The length verdicts hold: ALiBi, Shaw's and Transformer-XL's biases stay flat to $8L$, while
+RoPE, T5 and the absolute schemes rise steeply. RoPE, ALiBi and DeBERTa learn every probe at $L$,
+FIRE and Kerple only the passkey; DeBERTa alone keeps them all at $8L$.
 :::
 """)
 md(r"""
@@ -88,6 +92,13 @@ preset, L, TOP = second.preset, second.L, second.TOP
 lm = second.lm
 MAIN = [lab for lab in second.labels if "," not in lab or lab == "kerple, log"]
 OTHERWISE = ["rope, random positions", "drope, from rope", "rope, continued"]
+
+
+# the short answer, against the numbers
+assert not second.diff("alibi", "sinusoidal", 1)["resolved"]  # level with sinusoidal at L
+assert all(second.diff("alibi", lab, 1)["lower"] > 0 for lab in ("shaw", "transformer_xl", "t5", "deberta", "rope"))
+assert {"alibi", "shaw", "transformer_xl"} <= set(second.flat)
+assert all(second.rise[lab]["lower"] > 1.0 for lab in ("rope", "t5", "sinusoidal", "learned"))
 
 
 def names(items):
@@ -356,6 +367,15 @@ for lab in found["probed"]:
                     f"{cells} | {len(found['kept'][(lab, task)])} |")
 display(Markdown("\\n".join(rows)))
 ''', tags=["remove-input"])
+code('''
+seeds = len(preset["seeds"])
+every = {lab for lab in found["probed"] if all(len(found["learned"][(lab, task)]) == seeds for task in PROBES)}
+assert every == {"rope", "alibi", "deberta"}  # every probe, every seed, at L
+for lab in ("fire", "kerple, log"):  # the passkey only
+    assert [task for task in PROBES if found["learned"][(lab, task)]] == ["passkey"], lab
+keepers = {lab for lab in found["probed"] if all(len(found["kept"][(lab, task)]) == seeds for task in PROBES)}
+assert keepers == {"deberta"}  # only DeBERTa keeps every probe at 8L
+''', tags=["hide-cell"])
 code('''
 for task in PROBES:
     fig, ax = figure(height=3.0)
