@@ -65,8 +65,9 @@ actually learned, and the length-generalization methods of 2022–2026?
 **Short answer.** Mostly, and one verdict softens. With four heads, ALiBi's loss at $L$ is level
 with the sinusoidal model's instead of the worst of all, though still behind the relative biases and
 RoPE. The length verdicts hold: ALiBi, Shaw's and Transformer-XL's biases stay flat to $8L$, while
-RoPE, T5 and the absolute schemes rise steeply. RoPE, ALiBi and DeBERTa learn every probe at $L$,
-FIRE and Kerple only the passkey; DeBERTa alone keeps them all at $8L$.
+RoPE, T5 and the absolute schemes rise steeply. Retrieval tells another story than loss: DeBERTa,
+whose loss rises past $L$, keeps every probe at $8L$; flat ALiBi keeps only the passkey, and RoPE
+none.
 :::
 """)
 md(r"""
@@ -367,14 +368,24 @@ for lab in found["probed"]:
                     f"{cells} | {len(found['kept'][(lab, task)])} |")
 display(Markdown("\\n".join(rows)))
 ''', tags=["remove-input"])
+md(r"""
+Two things stand out. Retrieval and loss disagree: DeBERTa's language models rise past $L$, yet its
+probe models keep every probe at $8L$, while ALiBi's flat language models come with probe models
+that lose the copy and the recall. And one seed can differ in kind: one of Kerple's seeds learned
+every probe and kept it at $8L$, the other two only the passkey.
+""")
 code('''
 seeds = len(preset["seeds"])
-every = {lab for lab in found["probed"] if all(len(found["learned"][(lab, task)]) == seeds for task in PROBES)}
-assert every == {"rope", "alibi", "deberta"}  # every probe, every seed, at L
-for lab in ("fire", "kerple, log"):  # the passkey only
-    assert [task for task in PROBES if found["learned"][(lab, task)]] == ["passkey"], lab
-keepers = {lab for lab in found["probed"] if all(len(found["kept"][(lab, task)]) == seeds for task in PROBES)}
-assert keepers == {"deberta"}  # only DeBERTa keeps every probe at 8L
+kerple_all = [s for s in preset["seeds"] if all(s in found["kept"][("kerple, log", t)] for t in PROBES)]
+kerple_passkey = [s for s in preset["seeds"]
+                  if [t for t in PROBES if s in found["learned"][("kerple, log", t)]] == ["passkey"]]
+assert len(kerple_all) == 1 and sorted(kerple_all + kerple_passkey) == list(preset["seeds"])
+assert all(len(found["kept"][("alibi", t)]) < seeds for t in ("copy", "associative_recall"))
+kept_by_all = {lab: [task for task in PROBES if len(found["kept"][(lab, task)]) == seeds] for lab in found["probed"]}
+assert kept_by_all["deberta"] == list(PROBES)  # every probe, every seed, at 8L
+assert kept_by_all["alibi"] == ["passkey"] and kept_by_all["rope"] == []
+assert second.rise["deberta"]["mean"] > 0.1 and "alibi" in second.flat  # DeBERTa's loss rises, ALiBi's is flat
+assert all(len(found["learned"][(lab, "passkey")]) == seeds for lab in found["probed"])  # every model learns the passkey
 ''', tags=["hide-cell"])
 code('''
 for task in PROBES:
