@@ -155,19 +155,11 @@ md(r"""
 ## Two new biases: Kerple and FIRE
 
 Both add a learned bias to the attention score where ALiBi adds a fixed one: Kerple's depends on
-the distance $d = i - j$ alone, FIRE's also on the query's position $i$. **Kerple** {footcite:p}`chi2022kerple` subtracts a kernel with two learned parameters
-per head; its log variant is
+the distance $d = i - j$ alone, FIRE's also on the query's position $i$. **Kerple**
+{footcite:p}`chi2022kerple` subtracts a kernel with two learned parameters per head; its log
+variant is
 
 $$b_h(d) = -r_1 \log(1 + r_2 d), \qquad r_1, r_2 > 0.$$
-
-**FIRE** {footcite:p}`li2024fire` feeds a small MLP the distance, compressed by
-$\psi(u) = \log(1 + c\,u)$ and divided by the query's own $\psi$:
-
-$$b_h(i, j) = f_\theta\!\left(\frac{\psi(i - j)}{\psi(\max(L_\text{thr}, i))}\right)_h .$$
-
-The division keeps the MLP's input in $[0, 1]$ at any length, so a longer context interpolates
-inside the range it was trained on. SymPy proves both properties for every value of the
-parameters.
 """, "slide")
 notes("""Kerple: the log bias falls with distance but never faster than a line with ALiBi's slope r1·r2.
 FIRE: the input is always in [0, 1] — the property that is meant to make it length-robust.""")
@@ -181,6 +173,15 @@ md(r"""
 Each entry is a general statement, proved: the bias is zero at $d = 0$, falls with distance,
 is convex, and never falls below the line $-r_1 r_2 d$ — an ALiBi slope of $r_1 r_2$.
 """)
+md(r"""
+**FIRE** {footcite:p}`li2024fire` feeds a small MLP the distance, compressed by
+$\psi(u) = \log(1 + c\,u)$ and divided by the query's own $\psi$:
+
+$$b_h(i, j) = f_\theta\!\left(\frac{\psi(i - j)}{\psi(\max(L_\text{thr}, i))}\right)_h .$$
+
+The division keeps the MLP's input in $[0, 1]$ at any length, so a longer context interpolates
+inside the range it was trained on. SymPy proves it for every value of the parameters.
+""", "subslide")
 code('''
 fire = symbolic_kernels.fire_interpolation()
 for claim, proved in fire.items():
@@ -189,16 +190,19 @@ list(fire)
 ''', "fragment")
 md(r"""
 FIRE's input lies in $[0, 1]$ for every causal pair, at any length: proved, not sampled. The
-package computes both biases from the positions alone:
-
-```{literalinclude} ../src/posenc/kernels.py
-:pyobject: kerple_bias
-```
+package computes it from the positions alone:
 
 ```{literalinclude} ../src/posenc/fire.py
 :pyobject: fire_inputs
 ```
 """, "subslide")
+md(r"""
+And Kerple's bias, from the positions and the two parameters per head:
+
+```{literalinclude} ../src/posenc/kernels.py
+:pyobject: kerple_bias
+```
+""", "skip")
 
 # --- loss past L
 md(r"""
@@ -211,14 +215,20 @@ the dashed line.
 notes("""Ask which curves the room expects to stay flat before showing them. Then check the two new biases.""")
 code('''
 summary = summarize(df)
-GROUPS = {"absolute and rotary positions": ["none", "sinusoidal", "learned", "rope", "xpos"],
-          "relative biases, old and new": ["none", "alibi", "shaw", "transformer_xl", "t5", "deberta",
-                                           "kerple, log", "fire"]}
-for title, group in GROUPS.items():
+
+
+def loss_figure(title, group):
     fig, ax = figure(height=3.4)
     interval_plot(ax, summary, schemes=[g for g in group if g in second.labels], train_length=L, title=title,
                   styles={"none": {"color": "0.5"}})
     plt.show()
+''', tags=["hide-cell"])
+code('''
+loss_figure("absolute and rotary positions", ["none", "sinusoidal", "learned", "rope", "xpos"])
+''', "subslide", ["hide-input"])
+code('''
+loss_figure("relative biases, old and new",
+            ["none", "alibi", "shaw", "transformer_xl", "t5", "deberta", "kerple, log", "fire"])
 ''', "subslide", ["hide-input"])
 code('''
 rising = [lab for lab in MAIN if second.rise[lab]["lower"] > 1.0]
@@ -389,7 +399,7 @@ assert "alibi" in second.flat
 assert all(len(found["learned"][(lab, "passkey")]) == seeds for lab in found["probed"])  # every model learns the passkey
 ''', tags=["hide-cell"])
 code('''
-for task in PROBES:
+def probe_figure(task):
     fig, ax = figure(height=3.0)
     for k, lab in enumerate(found["probed"]):
         xs = [m for m in MULTIPLES if len(second.accuracy(lab, task, m))]
@@ -405,6 +415,15 @@ for task in PROBES:
     ax.set(xlabel="evaluation length (bytes)", ylabel="accuracy", title=f"{task}: dots are seeds", ylim=(0, 1.02))
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
     plt.show()
+''', tags=["hide-cell"])
+code('''
+probe_figure("copy")
+''', "subslide", ["hide-input"])
+code('''
+probe_figure("associative_recall")
+''', "subslide", ["hide-input"])
+code('''
+probe_figure("passkey")
 ''', "subslide", ["hide-input"])
 code('''
 wilson = {(lab, task, s): probe_interval(a, task, sequences)
