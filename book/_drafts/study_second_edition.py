@@ -305,8 +305,21 @@ display(Markdown("\\n".join(rows) + "\\n\\nLoss in nats per byte, mean over seed
 vs_rope = {lab: second.diff(lab, "rope", TOP) for lab in otherwise}
 drope_vs_control = second.diff("drope, from rope", "rope, continued", TOP) if len(otherwise) == 3 else None
 ''', tags=["remove-input"])
+md(r"""
+Dropping the encoding pays off far past $L$: at $8L$ DroPE's loss is lower than its control's in
+every seed. It costs at $L$: after 100 recalibration steps the models without RoPE are far worse
+there than the control that kept it. The control itself, the same 100 steps with RoPE kept, does
+not change the loss at $8L$ detectably: the extra steps are not what helps.
+""")
 code('''
-print({lab: text(d) for lab, d in vs_rope.items()}, drope_vs_control and text(drope_vs_control))
+drope_at_L = second.diff("drope, from rope", "rope, continued", 1)
+steps_alone = second.diff("rope, continued", "rope", TOP)
+assert drope_vs_control["upper"] < 0 and ((second.values("drope, from rope", TOP)
+                                          - second.values("rope, continued", TOP)) < 0).all()
+assert drope_at_L["lower"] > 0.5  # "far worse" at L
+assert not steps_alone["resolved"]
+print({lab: text(d) for lab, d in vs_rope.items()}, "DroPE − control at 8L", text(drope_vs_control),
+      "at L", text(drope_at_L), "| control − RoPE at 8L", text(steps_alone))
 ''', tags=["hide-cell"])
 
 # --- base sweep
@@ -352,6 +365,25 @@ for base in sweep["bases"]:
 display(Markdown(f"Probe accuracy at $L$ = {probe_length}, seed 0, for each base (Men et al. test retrieval):\\n\\n"
                  + "\\n".join(rows)))
 print(bound)
+''', tags=["hide-cell"])
+md(r"""
+At $L$ = 64 every base reaches the same loss at $L$, within 0.01 nats per byte: perplexity cannot
+tell them apart. The probes can. With base 100, below the bound, the model fails the associative
+recall at $L$, scoring below the probe's floor, while the bases above the bound learn all three
+probes. That is Men et al.'s point: a base below the bound can look fine by perplexity and still
+fail at retrieval. This is one seed: a pattern, not a resolved difference.
+""")
+code('''
+at_64 = {base: base_loss(base, probe_length) for base in sweep["bases"]}
+assert max(at_64.values()) - min(at_64.values()) < 0.01
+accuracy = {base: base_probes[base_probes["scheme"] == ("rope" if base == 1e4 else base_label(base))]
+            .set_index("task")["value"] for base in sweep["bases"]}
+below = [base for base in sweep["bases"] if base < bound[probe_length]]
+assert below == [1e2]
+assert accuracy[1e2]["associative_recall"] < probe_floor("associative_recall")  # fails, below its floor
+assert all(probe_learned(accuracy[base][task], task) for base in sweep["bases"] if base not in below
+           for task in PROBES)  # every base above the bound learns every probe
+print({base: dict(acc.round(2)) for base, acc in accuracy.items()})
 ''', tags=["hide-cell"])
 
 # --- probes
