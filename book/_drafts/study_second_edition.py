@@ -504,7 +504,19 @@ md("## Key takeaways", "slide")
 notes("""Ask which verdicts of the first edition the room would still teach, and which they would now
 qualify with the model size.""")
 md(r"""
-- TAKEAWAYS
+- **ALiBi's first-edition deficit was partly the model's.** With four heads its loss at $L$ is
+  level with the sinusoidal model's, and its gap to the relative biases and RoPE shrinks to under
+  a third. Four heads still lack the slope 1/2.
+- **The length verdicts hold.** ALiBi, Shaw's and Transformer-XL's biases stay flat to $8L$; RoPE,
+  xPos, T5 and the absolute schemes rise. NEWER_METHODS
+- **Loss and retrieval disagree.** DeBERTa's loss rises past $L$, yet its probe models keep every
+  probe at $8L$; ALiBi's stays flat, yet its probe models keep only the passkey; RoPE's keep none.
+- **Perplexity can hide a base that is too small.** Below Men et al.'s bound, RoPE matched the
+  other bases' loss at $L$ but failed the associative recall (one seed).
+- **DroPE trades the training length for the long context.** Its loss at $8L$ is far lower than
+  RoPE's, but 100 recalibration steps leave it far worse at $L$.
+- **Judge seed by seed.** One of Kerple's three seeds learned every probe and kept it at $8L$; the
+  other two learned only the passkey.
 """)
 md("## Exercises", "slide")
 notes("""The Kerple exercise makes the log kernel's gentleness concrete; the bound exercise shows how fast
