@@ -62,12 +62,11 @@ md(r"""
 Do the first edition's verdicts survive a model with four heads and four layers, probes that are
 actually learned, and the length-generalization methods of 2022–2026?
 
-**Short answer.** Mostly, and one verdict softens. With four heads, ALiBi's loss at $L$ is level
-with the sinusoidal model's instead of the worst of all, though still behind the relative biases and
-RoPE. The length verdicts hold: ALiBi, Shaw's and Transformer-XL's biases stay flat to $8L$, while
-RoPE, T5 and the absolute schemes rise steeply. Retrieval tells another story than loss: DeBERTa,
-whose loss rises past $L$ in every seed, keeps every probe at $8L$; flat ALiBi keeps only the passkey, and RoPE
-none.
+**Short answer.** Mostly. With four heads, ALiBi's loss at $L$ is level with the sinusoidal
+model's instead of the worst of all. ALiBi's, Shaw's, Transformer-XL's and now Kerple's biases stay
+flat to $8L$; RoPE, T5, FIRE and the absolute schemes rise. Retrieval tells another story than
+loss: DeBERTa, whose loss rises past $L$ in every seed, keeps every probe at $8L$; flat ALiBi keeps
+only the passkey, and RoPE none.
 :::
 """)
 md(r"""
@@ -95,11 +94,13 @@ MAIN = [lab for lab in second.labels if "," not in lab or lab == "kerple, log"]
 OTHERWISE = ["rope, random positions", "drope, from rope", "rope, continued"]
 
 
+judged_fire = {row.key: row for row in ledger(second)}["fire"].verdict
 # the short answer, against the numbers
 assert not second.diff("alibi", "sinusoidal", 1)["resolved"]  # level with sinusoidal at L
 assert all(second.diff("alibi", lab, 1)["lower"] > 0 for lab in ("shaw", "transformer_xl", "t5", "deberta", "rope"))
-assert {"alibi", "shaw", "transformer_xl"} <= set(second.flat)
+assert {"alibi", "shaw", "transformer_xl", "kerple, log"} <= set(second.flat)
 assert all(second.rise[lab]["lower"] > 1.0 for lab in ("rope", "t5", "sinusoidal", "learned"))
+assert second.rise["fire"]["lower"] > FLAT  # FIRE rises too, by less
 
 
 def names(items):
@@ -239,6 +240,22 @@ display(Markdown(
     f"{names(flat)}. Rising by more than one nat per byte: {names(rising)}. "
     + (f"In between: {names(between)}." if between else "")))
 ''', tags=["remove-input"])
+md(r"""
+Of the two new biases, Kerple's log kernel holds: its loss even falls slightly from $L$ to $8L$.
+FIRE's rises. At $8L$ it stays far below RoPE's and T5's, but above ALiBi's and Kerple's. The
+FIRE paper found its models below all four far past their training length; those models were far
+larger and read subword tokens of web text. For this model the claim is contradicted
+({doc}`claims_ledger`).
+""")
+code('''
+assert "kerple, log" in second.flat and second.rise["kerple, log"]["upper"] < 0
+assert second.rise["fire"]["lower"] > FLAT
+fire_vs = {lab: second.diff("fire", lab, TOP) for lab in ("rope", "t5", "alibi", "kerple, log")}
+assert fire_vs["rope"]["upper"] < -1 and fire_vs["t5"]["upper"] < -1  # far below
+assert fire_vs["alibi"]["lower"] > 0 and fire_vs["kerple, log"]["lower"] > 0
+assert judged_fire == "contradicted"
+print({lab: text(d) for lab, d in fire_vs.items()})
+''', tags=["hide-cell"])
 code('''
 rows = ["| model | rise from L to 8L, nats per byte | flat |", "|---|---|---|"]
 rows += [f"| {lab} | {text(second.rise[lab])} | {'yes' if lab in flat else 'no'} |" for lab in MAIN]
@@ -305,6 +322,23 @@ display(Markdown("\\n".join(rows) + "\\n\\nLoss in nats per byte, mean over seed
 vs_rope = {lab: second.diff(lab, "rope", TOP) for lab in otherwise}
 drope_vs_control = second.diff("drope, from rope", "rope, continued", TOP) if len(otherwise) == 3 else None
 ''', tags=["remove-input"])
+md(r"""
+How a randomized model is scored decides its verdict. On sorted positions drawn from the training
+range, as Ruoss et al. score it, its loss at $8L$ is far below RoPE's in every seed, though above
+it at $L$. On positions $0 \dots E-1$, as a reader would give a text, it is far worse than RoPE at
+$L$: it never trained on contiguous positions.
+""")
+code('''
+randomized = "rope, random positions"
+drawn_vs_rope = {m: difference_interval((second.values(randomized, m, "loss_sliding_drawn")
+                                         - second.values("rope", m)).dropna().tolist()) for m in (1, TOP)}
+assert drawn_vs_rope[TOP]["upper"] < 0 and drawn_vs_rope[1]["lower"] > 0
+per_seed = second.values(randomized, TOP, "loss_sliding_drawn") - second.values("rope", TOP)
+assert len(per_seed) == len(preset["seeds"]) and (per_seed < 0).all()  # in every seed
+plain_at_L = second.diff(randomized, "rope", 1)
+assert plain_at_L["lower"] > 0.5  # far worse on contiguous positions
+print({m: text(d) for m, d in drawn_vs_rope.items()}, "contiguous at L:", text(plain_at_L))
+''', tags=["hide-cell"])
 md(r"""
 Dropping the encoding pays off far past $L$: at $8L$ DroPE's loss is lower than its control's in
 every seed. It costs at $L$: after 100 recalibration steps the models without RoPE are far worse
@@ -508,7 +542,8 @@ md(r"""
   level with the sinusoidal model's, and its gap to the relative biases and RoPE shrinks to under
   a third. Four heads still lack the slope 1/2.
 - **The length verdicts hold.** ALiBi, Shaw's and Transformer-XL's biases stay flat to $8L$; RoPE,
-  xPos, T5 and the absolute schemes rise. NEWER_METHODS
+  xPos, T5 and the absolute schemes rise. Of the newer biases, Kerple's log kernel stays flat;
+  FIRE rises, to below RoPE and T5 but above ALiBi and Kerple at $8L$.
 - **Loss and retrieval disagree.** DeBERTa's loss rises past $L$, yet its probe models keep every
   probe at $8L$; ALiBi's stays flat, yet its probe models keep only the passkey; RoPE's keep none.
 - **Perplexity can hide a base that is too small.** Below Men et al.'s bound, RoPE matched the
