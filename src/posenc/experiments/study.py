@@ -582,7 +582,8 @@ def main(argv: list[str] | None = None) -> int:
         args,
         lambda: load_records(args.name, preset=preset),
         lambda records: (
-            f"the stored study {args.name!r} covers its grid: {len(records)} runs, "
+            f"the stored study {_folder(args.name, preset).name!r} covers its grid: "
+            f"{len(records)} runs, "
             f"{sum(r['provenance']['wall_seconds'] for r in records):.0f} s of "
             "process time when computed"
         ),
@@ -601,7 +602,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"study {args.name!r} ({preset}): {summary['runs']} runs in the grid; "
         f"{summary['wall_seconds']:.0f} s wall for the runs computed now; results in "
-        f"{results_dir(args.name)}"
+        f"{_folder(args.name, preset)}"
     )
     return 0
 
