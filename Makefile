@@ -103,6 +103,7 @@ study: $(STAMP)
 
 study-verify: $(STAMP)
 	$(BIN)/python -m posenc.experiments.study --verify --preset cpu
+	$(BIN)/python -m posenc.experiments.study --verify --preset cpu2
 	$(BIN)/python -m posenc.experiments.pretrained_study --verify
 	$(BIN)/python -m posenc.experiments.remap_study --verify
 	$(BIN)/python -m posenc.experiments.vit_study --verify
@@ -112,6 +113,7 @@ study-verify: $(STAMP)
 # repeated here: the remapping chapter reruns it and asserts it in every build and test.
 study-check: $(STAMP)
 	$(BIN)/python -m posenc.experiments.study --check --preset cpu
+	$(BIN)/python -m posenc.experiments.study --check --preset cpu2
 	$(BIN)/python -m posenc.experiments.pretrained_study --check
 	$(BIN)/python -m posenc.experiments.vit_study --check
 	$(BIN)/python -m posenc.book.prepare --check

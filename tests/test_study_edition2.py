@@ -347,3 +347,14 @@ def test_a_probe_accuracy_has_a_wilson_interval_over_its_scored_bytes():
         probes.probe_interval(0.5, "copy", 0)
     with pytest.raises(ValueError, match="task"):
         probes.probe_interval(0.5, "recall", 10)
+
+
+def test_the_stored_second_edition_covers_its_grid():
+    """The book reads the second edition strictly: every run of its grid is stored, the
+    language models of every swept scheme with 3 seeds."""
+    records = study.load_records(preset="cpu2", strict=True)
+    assert len(records) == len(study.grid("cpu2")) == 120  # the sweep is part of the grid
+    df = study.load_results(preset="cpu2", strict=True)
+    lm = df[(df["kind"] == "lm") & (df["train_length"] == 64)
+            & ~df["scheme"].str.startswith("rope, base")]  # the base sweep has one seed
+    assert lm.groupby("scheme")["seed"].nunique().min() == 3
