@@ -36,6 +36,14 @@ def test_the_rule():
         "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd"]
 
 
+def test_series_names_a_list_in_words():
+    assert ledger.series(["a"]) == "a"
+    assert ledger.series(["a", "b"], mark="**") == "**a** and **b**"
+    assert ledger.series(iter(["a", "b", "c"]), mark="`") == "`a`, `b` and `c`"
+    with pytest.raises(ValueError, match="at least one part"):
+        ledger.series([])
+
+
 @pytest.fixture(scope="module")
 def first():
     return ledger.Edition(load_results(strict=True), "cpu")

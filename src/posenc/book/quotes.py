@@ -3,6 +3,7 @@ study's intervals into sentences (every number computed from the stored results)
 
 from __future__ import annotations
 
+from ..experiments.ledger import series
 from ..experiments.stats import change, paired_difference, seed_values
 from ..experiments.study_grid import PRESETS
 
@@ -109,10 +110,7 @@ class Quotes:
     @staticmethod
     def names(labels) -> str:
         """'`a`', '`a` and `b`', '`a`, `b` and `c`'."""
-        labels = [f"`{label}`" for label in labels]
-        if len(labels) == 1:
-            return labels[0]
-        return ", ".join(labels[:-1]) + " and " + labels[-1]
+        return series(labels, mark="`")
 
     def model_note(self, config) -> str:
         """The study's model against a chapter's (``config``: a ModelConfig)."""

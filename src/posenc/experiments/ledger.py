@@ -70,10 +70,20 @@ def text(d: dict, digits: int = 4) -> str:
     )
 
 
+def series(parts, mark: str = "") -> str:
+    """``"a, b and c"``: a list in words, each part between ``mark`` (``"**"`` bolds).
+
+    Raises ValueError when ``parts`` is empty: there is nothing to name.
+    """
+    parts = [f"{mark}{part}{mark}" for part in parts]
+    if not parts:
+        raise ValueError("series needs at least one part, got none")
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
 def _fractions(slopes) -> str:
     """``"1/2, 1/4 and 1/8"``."""
-    parts = [f"1/{1 / s:.0f}" for s in slopes]
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return series(f"1/{1 / s:.0f}" for s in slopes)
 
 
 def ordinal(n: int) -> str:
