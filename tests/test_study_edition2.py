@@ -358,3 +358,15 @@ def test_the_stored_second_edition_covers_its_grid():
     lm = df[(df["kind"] == "lm") & (df["train_length"] == 64)
             & ~df["scheme"].str.startswith("rope, base")]  # the base sweep has one seed
     assert lm.groupby("scheme")["seed"].nunique().min() == 3
+
+
+def test_the_main_conditions_are_each_scheme_at_its_defaults_and_the_new_schemes():
+    """``main_labels`` keeps what the loss tables compare: no bucket range, pattern,
+    randomized positions, DroPE or base; FIRE and Kerple's log kernel stay."""
+    df = study.load_results(preset="cpu2", strict=True)
+    labels = list(dict.fromkeys(df.loc[df["kind"] == "lm", "scheme"]))
+    main = study_grid.main_labels(labels, 64)
+    assert set(main) == {"none", "alibi", "learned", "sinusoidal", "shaw", "transformer_xl",
+                         "t5", "deberta", "rope", "xpos", "fire", "kerple, log"}
+    assert main == [lab for lab in labels if lab in main]  # in the study's order
+    assert study_grid.main_labels(["rope", "rope, continued"], 64) == ["rope"]

@@ -26,7 +26,7 @@ from ..alibi import alibi_slopes
 from ..schemes import build_scheme
 from .probes import PROBES, probe_floor, probe_learned
 from .stats import change, difference_interval, paired_difference, seed_values
-from .study_grid import MULTIPLES, PRESETS
+from .study_grid import MULTIPLES, PRESETS, main_labels
 
 #: The margin of a "not higher" claim, nats per byte: a perplexity within 5 %. A
 #: convention of the book, not a statistical quantity.
@@ -122,6 +122,10 @@ class Edition:
     Args:
         df: :func:`posenc.experiments.study.load_results` of the edition.
         preset: its preset (``"cpu"``: the first edition, ``"cpu2"``: the second).
+
+    Attributes: ``labels`` (every language model at L but RoPE's base sweep), ``main``
+    (its main conditions, :func:`~posenc.experiments.study_grid.main_labels`),
+    ``rise`` (each label's change from L to its longest length) and ``flat``.
     """
 
     def __init__(self, df, preset: str):
@@ -135,6 +139,7 @@ class Edition:
             lab for lab in dict.fromkeys(self.lm["scheme"])
             if not lab.startswith("rope, base")
         ]
+        self.main = main_labels(self.labels, self.L)
         model = self.preset["model"]
         self.d_model, self.num_heads = model["d_model"], model["num_heads"]
         self.rise = {lab: self.change(lab, 1, self.longest(lab)) for lab in self.labels}

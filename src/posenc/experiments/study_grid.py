@@ -121,6 +121,15 @@ def study_scheme_variants(train_length: int) -> dict[str, tuple[str, dict]]:
     }
 
 
+def main_labels(labels, train_length: int) -> list[str]:
+    """The study's main conditions among ``labels``, in their order: each scheme at its
+    default settings (a label without a comma) and the study-only schemes of
+    :func:`study_scheme_variants` (``"kerple, log"``), not the variants of a scheme
+    (bucket ranges, layer patterns, randomized positions, DroPE, RoPE's bases)."""
+    extra = study_scheme_variants(train_length)
+    return [lab for lab in labels if "," not in lab or lab in extra]
+
+
 def bucket_variants(train_length: int) -> dict[str, dict]:
     """Relative schemes whose bucket range is set to the training length, beside their
     defaults (a range past L leaves the outer buckets untrained): ``{label: {"scheme":
