@@ -10,11 +10,12 @@ query's own position (§3, "progressive interpolation"):
 
 with one output per head h. ψ compresses large distances (c > 0 learned); dividing by
 ψ(max(L, i)) maps every causal pair of a query at i ≥ L into [0, 1]
-(:mod:`posenc.symbolic.fire`), the same interval at any length, so a longer context
-*interpolates* inside the domain the MLP was trained on instead of extrapolating
-beyond it; the learned threshold L keeps short queries (i < L) from being stretched
-over [0, 1]. FIRE is causal only: pairs j > i are hidden by the causal mask (the code
-evaluates them at |i − j| so that they stay finite).
+(:func:`posenc.symbolic.kernels.fire_interpolation`), the same interval at any
+length, so a longer context *interpolates* inside the domain the MLP was trained on
+instead of extrapolating beyond it; the learned threshold L keeps short queries
+(i < L) from being stretched over [0, 1]. FIRE is causal only: pairs j > i are
+hidden by the causal mask (the code evaluates them at |i − j| so that they stay
+finite).
 
 Parametrisation (§3 and the paper's implementation): f_θ is Linear(1, 32) → ReLU →
 Linear(32, H), PyTorch's default initialisation; c is one learned scalar, initialised

@@ -495,8 +495,9 @@ def _newer_methods(rows: _Rows, e: Edition) -> None:
              "their models were encoder-only Transformers on 15 algorithmic tasks, "
              "scored by accuracy, not language models; scored here as they score it, "
              "on sorted positions drawn without replacement from [0, 32L), the range "
-             "drawn from in training; on positions 0 … E − 1 the verdict can differ "
-             "(see the second edition's chapter)",
+             "drawn from in training; on positions 0 … E − 1 it is also below RoPE "
+             "at 8L in the second edition, by less, and far worse at L (see the "
+             "second edition's chapter)",
              intervals=drawn_minus_rope, predicts="negative",
              needs=(randomized, "rope"))
     dropped, control = "drope, from rope", "rope, continued"

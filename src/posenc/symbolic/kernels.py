@@ -26,19 +26,24 @@ def kerple_log_kernel() -> dict[str, sp.Basic]:
     * b′(d) = −r₁r₂ / (1 + r₂d) < 0: the bias falls with the distance;
     * b″(d) = r₁r₂² / (1 + r₂d)² > 0: convex (the penalty −b is concave);
     * b(d) ≥ −r₁·r₂·d: it falls no faster than the line of slope r₁r₂ (an ALiBi
-      slope), from log(1 + x) ≤ x, proved by the difference's derivative.
+      slope). The gap g = b + r₁r₂d has g′ ≥ 0 and equals ∫₀ᵈ g′(t) dt, both proved;
+      that an integral of a non-negative function is non-negative is the one step
+      taken by hand.
     """
     r1, r2 = sp.symbols("r1 r2", positive=True)
-    d = sp.Symbol("d", nonnegative=True)
+    d, t = sp.symbols("d t", nonnegative=True)
     b = -r1 * sp.log(1 + r2 * d)
     first, second = sp.diff(b, d), sp.diff(b, d, 2)
-    gap = b + r1 * r2 * d  # zero at d = 0, with derivative ≥ 0
+    gap = b + r1 * r2 * d
+    slope = sp.simplify(sp.together(sp.diff(gap, d)))  # r₁r₂²d / (1 + r₂d)
     return {
         "b(0) = 0": sp.Eq(b.subs(d, 0), 0),
         "b′(d) < 0": sp.simplify(first).is_negative,
         "b″(d) > 0 (convex)": sp.simplify(second).is_positive,
-        "b(0) + r₁r₂·0 = 0": sp.Eq(gap.subs(d, 0), 0),
-        "(b + r₁r₂d)′ ≥ 0": sp.simplify(sp.together(sp.diff(gap, d))).is_nonnegative,
+        "(b + r₁r₂d)′ ≥ 0": slope.is_nonnegative,
+        "b + r₁r₂d = ∫₀ᵈ (b + r₁r₂d)′": sp.Eq(
+            sp.simplify(sp.integrate(slope.subs(d, t), (t, 0, d)) - gap), 0
+        ),
     }
 
 
@@ -68,15 +73,16 @@ def fire_interpolation() -> dict[str, sp.Basic]:
 
     * for i ≥ L (max(L, i) = i), write i = L + a and j = i − d with 0 ≤ d ≤ i: then
       ψ(d) ≥ 0 and ψ(i) − ψ(d) = log((1 + c·i) / (1 + c·d)) = log(1 + c·j / (1 + c·d))
-      ≥ 0, so 0 ≤ x ≤ 1; x = 1 at j = 0 and x = 0 at j = i. Every query past the
-      threshold sees its keys inside [0, 1], at any length: the domain the MLP was
-      trained on.
+      ≥ 0, and ψ(i) > 0; so 0 ≤ x ≤ 1 (this last step, from the three proved
+      inequalities, by hand), with x = 1 at j = 0 and x = 0 at j = i by construction.
+      Every query past the threshold sees its keys inside [0, 1], at any length: the
+      domain the MLP was trained on.
     * for i < L (write i = a, L = a + e, e > 0): ψ(L) − ψ(i) > 0, so x ≤ ψ(i)/ψ(L) < 1 —
       short queries are not stretched to 1.
     * at a fixed distance d > 0, x falls as i grows past L: ∂x/∂i < 0 (a longer
       context compresses the same distance: the interpolation).
     """
-    c, e = sp.symbols("c e", positive=True)
+    c, e, threshold = sp.symbols("c e L", positive=True)
     a, d, j = sp.symbols("a d j", nonnegative=True)
 
     def psi(u):
@@ -94,8 +100,7 @@ def fire_interpolation() -> dict[str, sp.Basic]:
             sp.simplify(ratio - (1 + c * j / (1 + c * d))), 0
         ),
         "ψ(i) − ψ(i − j) ≥ 0": sp.log(1 + c * j / (1 + c * d)).is_nonnegative,
-        "x = 1 at j = 0": sp.Eq(sp.simplify(psi(i) / psi(i)), 1),
-        "x = 0 at j = i": sp.Eq(psi(sp.Integer(0)), 0),
+        "ψ(i) > 0 for i ≥ L": psi(threshold + a).is_positive,
         # i = a < L = a + e: ψ(L) − ψ(i) = log((1 + c(a + e)) / (1 + c·a))
         "ψ(L) − ψ(i) > 0 for i < L": sp.Eq(
             sp.simplify((1 + c * (a + e)) / (1 + c * a) - (1 + c * e / (1 + c * a))), 0
