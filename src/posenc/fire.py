@@ -2,9 +2,10 @@
 "Functional Interpolation for Relative Positions Improves Long Context Transformers",
 arXiv:2310.04418, §3).
 
-FIRE adds to the score of query position i and key position j ≤ i a bias that a small
-learned MLP f_θ computes from the distance, log-transformed and normalised by the
-query's own position (§3, "progressive interpolation"):
+FIRE adds to the score of query position i and key position j ≤ i (the paper's
+notation; the book writes m and n) a bias that a small learned MLP f_θ computes from
+the distance, log-transformed and normalised by the query's own position (§3,
+"progressive interpolation"):
 
     b_h(i, j) = f_θ( ψ(i − j) / ψ(max(L, i)) )_h,    ψ(x) = log(c·x + 1),
 

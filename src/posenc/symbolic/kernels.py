@@ -68,43 +68,44 @@ def kerple_power_kernel() -> dict[str, sp.Basic]:
 
 
 def fire_interpolation() -> dict[str, sp.Basic]:
-    """FIRE's input x(i, j) = ψ(i − j) / ψ(max(L, i)), ψ(u) = log(1 + c·u), c > 0
-    (Li et al. 2024, §3), for causal pairs 0 ≤ j ≤ i:
+    """FIRE's input x(m, n) = ψ(m − n) / ψ(max(L_thr, m)), ψ(u) = log(1 + c·u), c > 0
+    (Li et al. 2024, §3, who write i and j), for causal pairs 0 ≤ n ≤ m (the book's
+    query and key positions):
 
-    * for i ≥ L (max(L, i) = i), write i = L + a and j = i − d with 0 ≤ d ≤ i: then
-      ψ(d) ≥ 0 and ψ(i) − ψ(d) = log((1 + c·i) / (1 + c·d)) = log(1 + c·j / (1 + c·d))
-      ≥ 0, and ψ(i) > 0; so 0 ≤ x ≤ 1 (this last step, from the three proved
-      inequalities, by hand), with x = 1 at j = 0 and x = 0 at j = i by construction.
-      Every query past the threshold sees its keys inside [0, 1], at any length: the
-      domain the MLP was trained on.
-    * for i < L (write i = a, L = a + e, e > 0): ψ(L) − ψ(i) > 0, so x ≤ ψ(i)/ψ(L) < 1 —
-      short queries are not stretched to 1.
-    * at a fixed distance d > 0, x falls as i grows past L: ∂x/∂i < 0 (a longer
+    * for m ≥ L_thr (max(L_thr, m) = m), write m = L_thr + a and n = m − d with
+      0 ≤ d ≤ m: then ψ(d) ≥ 0 and ψ(m) − ψ(d) = log((1 + c·m) / (1 + c·d))
+      = log(1 + c·n / (1 + c·d)) ≥ 0, and ψ(m) > 0; so 0 ≤ x ≤ 1 (this last step,
+      from the three proved inequalities, by hand), with x = 1 at n = 0 and x = 0 at
+      n = m by construction. Every query past the threshold sees its keys inside
+      [0, 1], at any length: the domain the MLP was trained on.
+    * for m < L_thr (write m = a, L_thr = a + e, e > 0): ψ(L_thr) − ψ(m) > 0, so
+      x ≤ ψ(m)/ψ(L_thr) < 1 — short queries are not stretched to 1.
+    * at a fixed distance d > 0, x falls as m grows past L_thr: ∂x/∂m < 0 (a longer
       context compresses the same distance: the interpolation).
     """
-    c, e, threshold = sp.symbols("c e L", positive=True)
-    a, d, j = sp.symbols("a d j", nonnegative=True)
+    c, e, threshold = sp.symbols("c e L_thr", positive=True)
+    a, d, n = sp.symbols("a d n", nonnegative=True)
 
     def psi(u):
         return sp.log(1 + c * u)
 
-    i = d + j  # 0 ≤ j ≤ i  ⟺  i = d + j with d, j ≥ 0
-    ratio = sp.simplify((1 + c * i) / (1 + c * d))
-    i_sym = sp.Symbol("i", positive=True)
+    m = d + n  # 0 ≤ n ≤ m  ⟺  m = d + n with d, n ≥ 0
+    ratio = sp.simplify((1 + c * m) / (1 + c * d))
+    m_sym = sp.Symbol("m", positive=True)
     dpos = sp.Symbol("d", positive=True)
-    x_fixed_d = psi(dpos) / psi(i_sym)
-    slope = sp.diff(x_fixed_d, i_sym)
+    x_fixed_d = psi(dpos) / psi(m_sym)
+    slope = sp.diff(x_fixed_d, m_sym)
     return {
-        "ψ(i − j) ≥ 0": psi(d).is_nonnegative,
-        "(1 + c·i)/(1 + c·(i − j)) = 1 + c·j/(1 + c·(i − j))": sp.Eq(
-            sp.simplify(ratio - (1 + c * j / (1 + c * d))), 0
+        "ψ(m − n) ≥ 0": psi(d).is_nonnegative,
+        "(1 + c·m)/(1 + c·(m − n)) = 1 + c·n/(1 + c·(m − n))": sp.Eq(
+            sp.simplify(ratio - (1 + c * n / (1 + c * d))), 0
         ),
-        "ψ(i) − ψ(i − j) ≥ 0": sp.log(1 + c * j / (1 + c * d)).is_nonnegative,
-        "ψ(i) > 0 for i ≥ L": psi(threshold + a).is_positive,
-        # i = a < L = a + e: ψ(L) − ψ(i) = log((1 + c(a + e)) / (1 + c·a))
-        "ψ(L) − ψ(i) > 0 for i < L": sp.Eq(
+        "ψ(m) − ψ(m − n) ≥ 0": sp.log(1 + c * n / (1 + c * d)).is_nonnegative,
+        "ψ(m) > 0 for m ≥ L_thr": psi(threshold + a).is_positive,
+        # m = a < L_thr = a + e: ψ(L_thr) − ψ(m) = log((1 + c(a + e)) / (1 + c·a))
+        "ψ(L_thr) − ψ(m) > 0 for m < L_thr": sp.Eq(
             sp.simplify((1 + c * (a + e)) / (1 + c * a) - (1 + c * e / (1 + c * a))), 0
         )
         & sp.log(1 + c * e / (1 + c * a)).is_positive,
-        "∂x/∂i < 0 at a fixed d > 0": sp.simplify(slope).is_negative,
+        "∂x/∂m < 0 at a fixed d > 0": sp.simplify(slope).is_negative,
     }
