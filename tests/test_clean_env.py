@@ -61,6 +61,12 @@ COLAB_BASELINE = ("torch", "numpy", "matplotlib", "pip", "ipykernel")
 #: The most one chapter may take on the Colab path, in seconds, on an idle 2-core machine
 #: (the goal is 120), checked by ``python tests/colab_times.py``, not by this test.
 MAX_SECONDS = 180
+#: How long nbval waits for the clean kernel to answer: a guard against a kernel that never
+#: starts, not a time goal. A fresh environment's first kernel imports IPython without a
+#: bytecode cache; on 2 cores shared with a busy process and the other `make test` jobs
+#: one took over 180 s to answer (streaming, 2026-11-29), so the guard is 600 s, the same
+#: as one cell's.
+KERNEL_STARTUP_SECONDS = 600
 
 
 def _requirement_names(dist) -> set[str]:
@@ -164,7 +170,8 @@ def nbval(notebook: Path, *, kernels: Path, record: Path) -> subprocess.Complete
     ``kernels/kernels/``, recording its outputs and cell times in ``record``
     (:func:`nbval_record.run`)."""
     return nbval_record.run(notebook, record, "--nbval-kernel-name", "posenc-clean",
-                            "--nbval-cell-timeout", "600", "--nbval-kernel-startup-timeout", "180",
+                            "--nbval-cell-timeout", "600",
+                            "--nbval-kernel-startup-timeout", str(KERNEL_STARTUP_SECONDS),
                             env={**os.environ, "JUPYTER_PATH": str(kernels)})
 
 
