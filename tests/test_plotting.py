@@ -86,3 +86,24 @@ def _plain_png() -> bytes:
     fig.savefig(buffer, format="png")
     plt.close(fig)
     return buffer.getvalue()
+
+
+def test_each_scheme_has_one_style_and_one_name_and_figures_never_share_a_colour():
+    from posenc.book.plotting import SCHEME_NAMES, SCHEME_STYLES
+    from posenc.experiments.study_grid import main_labels
+
+    assert set(SCHEME_NAMES) == set(SCHEME_STYLES)
+    pairs = [(s["color"], s["marker"]) for s in SCHEME_STYLES.values()]
+    assert len(set(pairs)) == len(pairs)  # no two schemes look alike
+    study = ["none", "alibi", "learned", "sinusoidal", "shaw", "transformer_xl", "t5", "deberta",
+             "rope", "xpos", "fire", "kerple, log"]
+    assert set(main_labels(study, 64)) <= set(SCHEME_STYLES)
+    drawn_together = [  # the figures of the ALiBi chapter and of the second edition
+        ["alibi", "shaw", "transformer_xl", "t5", "deberta", "sinusoidal", "learned", "none"],
+        ["none", "sinusoidal", "learned", "rope", "xpos"],
+        ["none", "alibi", "shaw", "transformer_xl", "t5", "deberta", "kerple, log", "fire"],
+        ["alibi", "deberta", "rope", "fire", "kerple, log"],
+    ]
+    for group in drawn_together:
+        colours = [SCHEME_STYLES[s]["color"] for s in group]
+        assert len(set(colours)) == len(colours), group

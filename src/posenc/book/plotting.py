@@ -39,6 +39,30 @@ OKABE_ITO = (
 )
 #: One marker per colour of :data:`OKABE_ITO`, so that series differ in shape too.
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+#: One colour and marker per scheme of the study, the same in every chapter that
+#: compares them (``ax.plot(..., **SCHEME_STYLES[label])``): no two schemes share
+#: both. A colour returns only for schemes that no figure of the book draws together.
+SCHEME_STYLES = {
+    "alibi": {"color": OKABE_ITO[6], "marker": "o"},
+    "shaw": {"color": OKABE_ITO[0], "marker": "s"},
+    "transformer_xl": {"color": OKABE_ITO[1], "marker": "^"},
+    "t5": {"color": OKABE_ITO[3], "marker": "D"},
+    "deberta": {"color": OKABE_ITO[2], "marker": "v"},
+    "sinusoidal": {"color": OKABE_ITO[4], "marker": "P"},
+    "learned": {"color": OKABE_ITO[5], "marker": "X"},
+    "none": {"color": "0.55", "marker": "*"},
+    "rope": {"color": OKABE_ITO[1], "marker": "p"},
+    "xpos": {"color": OKABE_ITO[3], "marker": "d"},
+    "kerple, log": {"color": OKABE_ITO[4], "marker": "h"},
+    "fire": {"color": OKABE_ITO[5], "marker": "H"},
+}
+#: How a figure's legend or a sentence names each scheme of :data:`SCHEME_STYLES`.
+SCHEME_NAMES = {
+    "alibi": "ALiBi", "shaw": "Shaw et al.", "transformer_xl": "Transformer-XL",
+    "t5": "T5", "deberta": "DeBERTa", "sinusoidal": "sinusoidal", "learned": "learned",
+    "none": "none (NoPE)", "rope": "RoPE", "xpos": "xPos",
+    "kerple, log": "Kerple (log)", "fire": "FIRE",
+}
 SEQUENTIAL_CMAP = "viridis"
 DIVERGING_CMAP = "RdBu_r"
 

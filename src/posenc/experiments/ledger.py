@@ -506,9 +506,8 @@ def _newer_methods(rows: _Rows, e: Edition) -> None:
              "usable context past L (read here as: lowers the loss past L)",
              "Gelberg et al. 2026",
              "their evidence is mainly retrieval and long-context benchmarks, not "
-             "loss; "
-             "against the same extra training with RoPE kept; 100 steps (a tenth of "
-             "training) at a third of RoPE's rate",
+             "loss; against the same extra training with RoPE kept; 100 steps (a "
+             "tenth of training) at a third of RoPE's rate",
              intervals=lambda c: {f"DroPE − its control at {top}L": e.diff(
                  dropped, control, top, c)}, predicts="negative",
              needs=(dropped, control))
