@@ -63,7 +63,12 @@ def test_past_the_context_smollm2_values_are_the_stored_runs():
         assert f"{value:.2f}" == shown
     on_page("perplexity 10.27 on its first 8,192 positions and 75.94 on the next 8,192",
             "the same positions score 9.66, and linear interpolation (`\"rope_type\": \"linear\"`, PI) 31.26",
-            "On Python code the three are 61.69, 5.56 and 20.52")
+            "On Python code the next 8,192 positions score 61.69 unscaled, 5.56 with YaRN and 20.52 with PI")
+    # the model of those runs: SmolLM2-135M-Instruct, read from a Q4_1 GGUF file
+    from posenc.layers.pretrained.wheels import MODELS
+
+    assert MODELS["smollm2"].gguf_file == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    on_page("SmolLM2-135M-Instruct (a 4-bit Q4_1 GGUF file, a context of 8,192 tokens)")
     # the remapping alternative: SelfExtend's stored runs and settings (posenc.experiments.remap_study)
     from posenc.experiments import remap_study
 
@@ -72,15 +77,30 @@ def test_past_the_context_smollm2_values_are_the_stored_runs():
     assert f"{remapped.loc['self_extend', ('code', '[L, 2L)')]:.2f}" == "5.37"
     settings = remap_study.attention_methods(L)["self_extend"]
     assert (settings["group_size"], settings["window_size"]) == (4, 2048)
-    work = remap_study.relative_time()[0]["self_extend"]
-    assert f"{work:.1f}" == "1.6"
-    on_page("SelfExtend (`group_size` 4, `window_size` 2048, no training) scores 9.45 on prose and 5.37 on code, "
-            "at about 1.6 times the attention work")
+    # the stored seconds time a whole forward pass of the model with its losses
+    # (remap_study.execute around pretrained.token_losses), on the device each record names
+    relative, devices = remap_study.relative_time()
+    assert f"{relative['self_extend']:.1f}" == "1.6"
+    assert devices == {next(iter(devices))} and "NVIDIA H200" in next(iter(devices))
+    on_page("SelfExtend (`group_size` 4, `window_size` 2048, no training) scores 9.45 on prose and 5.37 on code",
+            "A whole forward pass with its losses then took about 1.6 times as long as the unscaled model's, "
+            "timed on one NVIDIA H200")
     # inside the context: PI triples perplexity, the others cost at most 9 %
     inside = {m: ppl("prose", m, 0, L) / ppl("prose", "none", 0, L) for m in ("linear", "yarn", "ntk", "dynamic", "llama3")}
     assert f"{inside['linear']:.1f}" == "3.0"
     assert max(abs(v - 1) for m, v in inside.items() if m != "linear") <= 0.09
     on_page("multiplies perplexity by 3.0 on prose", "cost at most 9 %")
+    # the factors they ran at: the static rules at s = 2; dynamic, in one pass of 2L tokens, at s' = 3
+    from posenc.experiments.pretrained_study import FACTOR, methods
+    from posenc.scaling import rope_inv_freq
+
+    dynamic = methods(L)["dynamic"]
+    s_eff = FACTOR * (2 * L) / L - (FACTOR - 1)
+    assert FACTOR == 2 and s_eff == 3
+    torch.testing.assert_close(rope_inv_freq(64, 1e5, dynamic, seq_len=2 * L)[0],
+                               rope_inv_freq(64, 1e5, {"rope_type": "ntk", "factor": s_eff})[0])
+    on_page("The static rules ran at $s = 2$; dynamic scaling, read in one pass of 16,384 tokens, "
+            "ran at its larger effective factor $s' = 3$")
 
 
 def test_rope_types_are_transformers_and_ntk_is_posencs_own():
@@ -117,6 +137,23 @@ def test_original_max_position_embeddings(caplog):
         hf_logging.disable_propagation()
     assert "does not match the ratio" in caplog.text
     on_page("transformers warns that the explicit `factor` of `\"yarn\"` does not match")
+    # transformers' _compute_yarn_parameters: the ramp from original_max_position_embeddings, the
+    # attention factor from factor (max_position_embeddings changes neither)
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    def yarn(factor, original, longest):
+        c = config("LlamaConfig", head_dim=64, hidden_size=256, num_attention_heads=4, max_position_embeddings=longest,
+                   rope_parameters={"rope_type": "yarn", "factor": factor, "rope_theta": 1e4,
+                                    "original_max_position_embeddings": original})
+        return ROPE_INIT_FUNCTIONS["yarn"](c, "cpu")
+
+    (inv, att), (inv_long, att_long) = yarn(4.0, 2048, 8192), yarn(4.0, 2048, 65536)
+    assert inv.equal(inv_long) and att == att_long  # max_position_embeddings: neither
+    inv_orig, att_orig = yarn(4.0, 4096, 8192)
+    assert not inv_orig.equal(inv) and att_orig == att  # original: the ramp only
+    assert yarn(8.0, 2048, 8192)[1] != att  # factor: the attention factor
+    on_page("YaRN sets its ramp from `original_max_position_embeddings` and its attention factor from\n`factor` "
+            "(transformers 5.23.0, `_compute_yarn_parameters` in `modeling_rope_utils.py`)")
 
 
 def test_llama3_low_and_high_freq_factors_select_by_wavelength():
@@ -171,17 +208,21 @@ def test_partial_rotary_factor_two_meanings():
     from posenc.rope_config import rope_inv_freq_from_config
 
     neox = config("GPTNeoXConfig")
-    phi = config("PhiConfig")
+    # Phi-2's values, from the config.json of microsoft/phi-2 on the Hugging Face Hub; transformers'
+    # PhiConfig documents microsoft/phi-1 and defaults to its 0.5
+    assert config("PhiConfig").rope_parameters["partial_rotary_factor"] == 0.5
+    phi = config("PhiConfig", hidden_size=2560, num_attention_heads=32, partial_rotary_factor=0.4)
     assert neox.rope_parameters["partial_rotary_factor"] == 0.25
-    assert phi.rope_parameters["partial_rotary_factor"] == 0.5
-    head_dim = 64
-    for cfg in (neox, phi):
+    assert phi.rope_parameters["partial_rotary_factor"] == 0.4
+    assert phi.hidden_size // phi.num_attention_heads == 80 and int(80 * 0.4) == 32
+    for cfg, head_dim in ((neox, 64), (phi, 80)):
         p = cfg.rope_parameters["partial_rotary_factor"]
         inv, _ = rope_inv_freq_from_config(cfg.rope_parameters, head_dim)
         rotary_dim = int(head_dim * p)
         theta = cfg.rope_parameters["rope_theta"]
         expected = theta ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)
         torch.testing.assert_close(inv.double(), expected, rtol=1e-6, atol=0)  # exponents over rotary_dim
+    head_dim = 64
     gemma4 = config("Gemma4TextConfig").rope_parameters["full_attention"]
     assert gemma4["rope_type"] == "proportional" and gemma4["partial_rotary_factor"] == 0.25
     inv, _ = rope_inv_freq_from_config(gemma4, head_dim)
@@ -189,7 +230,8 @@ def test_partial_rotary_factor_two_meanings():
     expected = gemma4["rope_theta"] ** (-torch.arange(0, 2 * rotated, 2, dtype=torch.float64) / head_dim)
     torch.testing.assert_close(inv[:rotated].double(), expected, rtol=1e-6, atol=0)  # exponents over head_dim
     assert (inv[rotated:] == 0).all() and len(inv) == head_dim // 2
-    on_page("GPT-NeoX (factor 0.25; older checkpoints call it `rotary_pct`) and Phi (0.5)",
+    on_page("GPT-NeoX (factor 0.25; older checkpoints call it `rotary_pct`) and Phi-2 (0.4, 32 of its 80 features",
+            "transformers' `PhiConfig` defaults to Phi-1's 0.5",
             "Gemma 4's `\"proportional\"` type (factor 0.25 on its full-attention layers) keeps the exponents over `head_dim`")
 
 
