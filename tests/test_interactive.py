@@ -34,9 +34,12 @@ def test_rope_states_are_rotations_and_depend_on_the_offset_only():
         c, s = math.cos(pos_m * theta), math.sin(pos_m * theta)
         q0, q1 = explorers.ROPE_Q
         assert q_tip == pytest.approx((c * q0 - s * q1, s * q0 + c * q1), abs=1e-6)
-        score = float(re.search(r"score q·k = (-?[\d.]+)", state["layout"]["annotations"][0]["text"])[1])
-        by_offset.setdefault(pos_m - pos_n, set()).add(score)
-    assert all(len(scores) == 1 for scores in by_offset.values()), "the score depends on m − n only"
+        readout = state["layout"]["annotations"][0]["text"]
+        score = float(re.search(r"score q·k = (-?[\d.]+)", readout)[1])
+        # the book's relative distance: key minus query, n − m, with its sign
+        assert readout.startswith(f"n − m = {pos_n - pos_m}: ")
+        by_offset.setdefault(pos_n - pos_m, set()).add(score)
+    assert all(len(scores) == 1 for scores in by_offset.values()), "the score depends on n − m only"
     assert len(by_offset) == 2 * len(explorers.ROPE_POSITIONS) - 1
 
 
@@ -187,3 +190,55 @@ def test_attention_maps_are_the_models_weights_and_their_mean_distance():
         explorers.attention_maps(
             {**models, "one layer": TinyLM(ModelConfig(scheme="rope", d_model=32, num_heads=2, num_layers=1))},
             tokens)
+
+
+def _every_explorer():
+    from posenc.layers.model import ModelConfig, TinyLM
+
+    torch.manual_seed(0)
+    models = {name: TinyLM(ModelConfig(scheme=name, d_model=32, num_heads=2, num_layers=2))
+              for name in ("alibi", "rope")}
+    return {"rope": explorers.rope_rotation(), "t5": explorers.t5_buckets(),
+            "wavelengths": explorers.rope_wavelengths(), "scaling": explorers.scaling_curves(),
+            "alibi": explorers.alibi_attention(),
+            "maps": explorers.attention_maps(models, torch.randint(0, 256, (12,)))}
+
+
+def test_every_explorer_fits_a_phone_with_its_legend_below_the_plot():
+    """Issue 39: at most PHONE_MAX_PX tall on a phone (the narrow layout), the legend horizontal
+    under the plot's x-axis and above the sliders, on both layouts (tests/test_site.py measures
+    the drawn figures at 414 px)."""
+    for name, figure in _every_explorer().items():
+        spec = figure.spec()
+        assert spec["media"] == interactive.NARROW_MEDIA
+        assert spec["narrow"]["height"] <= interactive.PHONE_MAX_PX, name
+        assert spec["layout"]["height"] >= spec["narrow"]["height"], name
+        for layout in (spec["layout"], spec["narrow"]):
+            inner = layout["height"] - layout["margin"]["t"] - layout["margin"]["b"]
+            plot_bottom = layout["yaxis"]["domain"][0]
+            plot_px = (1 - plot_bottom) * inner
+            assert plot_px >= interactive.MIN_PLOT_PX - 1e-9, name
+            top_slider = max(s["y"] for s in layout["sliders"])
+            assert top_slider == pytest.approx(interactive.SLIDER_PX * len(figure.controls) / inner)
+            if layout["showlegend"]:
+                legend = layout["legend"]
+                assert legend["orientation"] == "h" and legend["yanchor"] == "top", name
+                # below the x-axis labels and title, above the first slider
+                assert (plot_bottom - legend["y"]) * inner >= interactive.AXIS_PX, name
+                rows = figure.legend_rows(layout is spec["narrow"])
+                assert legend["y"] - top_slider >= rows * interactive.LEGEND_ROW_PX / inner, name
+        # the readout's lines fit the top margin
+        assert spec["layout"]["margin"]["t"] >= interactive.LINE_PX * figure.readout_lines()
+
+
+def test_a_figure_too_tall_for_a_phone_is_refused():
+    with pytest.raises(ValueError, match="on a phone"):
+        Explorer([Control(f"c{i}", [1, 2]) for i in range(8)], lambda **v: {"data": []}).spec()
+
+
+def test_the_page_picks_the_layout_by_the_narrow_media_query():
+    from posenc.book.plotting import NARROW_MEDIA
+
+    assert interactive.NARROW_MEDIA == NARROW_MEDIA
+    html = explorers.rope_rotation().html("site", png=b"")
+    assert "window.matchMedia(spec.media)" in html and '"narrow":' in html

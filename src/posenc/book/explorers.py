@@ -63,7 +63,8 @@ def _arrow(vector, name: str, color: str) -> dict:
 
 def rope_rotation() -> Explorer:
     """RoPE's rotation as arrows: q turns with its position m, k with n; the score
-    depends on m − n only (RoFormer §3.4.2, Eq. 16)."""
+    depends on the relative distance n − m only (key minus query, the book's
+    convention; RoFormer §3.4.2, Eq. 16, writes the same rotation as R_{n−m})."""
 
     def state(m: int, n: int) -> dict:
         q, k, score = rotated_pair(m, n)
@@ -72,7 +73,7 @@ def rope_rotation() -> Explorer:
                 _arrow(q, f"q at m = {m}", OKABE_ITO[0]),
                 _arrow(k, f"k at n = {n}", OKABE_ITO[1]),
             ],
-            "annotations": [_readout(f"m − n = {m - n}: score q·k = {score:.4f}")],
+            "annotations": [_readout(f"n − m = {n - m}: score q·k = {score:.4f}")],
         }
 
     return Explorer(
@@ -87,8 +88,6 @@ def rope_rotation() -> Explorer:
                 "range": [-1.15, 1.15], "scaleanchor": "x", "constrain": "domain"
             },
             "shapes": [UNIT_CIRCLE],
-            "legend": {"x": 1, "xanchor": "right", "y": 1, "yanchor": "top",
-                       "bgcolor": "rgba(255,255,255,0.8)"},
         },
         title="",
     )
@@ -225,8 +224,6 @@ def rope_wavelengths() -> Explorer:
             "xaxis": {"title": {"text": "pair i"}},
             "yaxis": {"title": {"text": "tokens per turn"}, "type": "log",
                       "exponentformat": "e", "dtick": 1},
-            "legend": {"x": 0.01, "xanchor": "left", "y": 0.98, "yanchor": "top",
-                       "bgcolor": "rgba(255,255,255,0.8)"},
         },
     )
 
@@ -305,8 +302,6 @@ def scaling_curves() -> Explorer:
             "xaxis": {"title": {"text": f"pair i (head_dim {SCALE_HEAD_DIM})"}},
             "yaxis": {"title": {"text": "θ′/θ"}, "type": "log", "dtick": 1,
                       "exponentformat": "e"},
-            "legend": {"x": 0.01, "xanchor": "left", "y": 0.02, "yanchor": "bottom",
-                       "bgcolor": "rgba(255,255,255,0.8)"},
         },
     )
 
@@ -365,8 +360,6 @@ def alibi_attention() -> Explorer:
             "xaxis": {"title": {"text": "key position n"}},
             "yaxis": {"title": {"text": "attention weight"}, "type": "log",
                       "exponentformat": "e", "dtick": 1, "range": [-6, 0.05]},
-            "legend": {"x": 0.01, "xanchor": "left", "y": 0.98, "yanchor": "top",
-                       "bgcolor": "rgba(255,255,255,0.8)"},
         },
     )
 

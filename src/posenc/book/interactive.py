@@ -53,12 +53,26 @@ NOTEBOOK_SCRIPT = (
 MAX_STATES = 400
 #: Font size of every text in the figures, CSS px (the book's floor is 12).
 FONT_PX = 14
-#: Heights in CSS px: the plot, its x-axis labels and title under it, each slider,
-#: and the top margin that holds the readout (two lines).
+#: Heights in CSS px: the plot (on a wide screen), its x-axis labels and title under
+#: it, each slider (the value read out above a rail; the step labels are hidden), one
+#: line of the readout above the plot (the top margin holds the longest readout's
+#: lines and :data:`TOP_PAD_PX`), and one row of the legend.
 PLOT_PX = 340
-AXIS_PX = 64
-SLIDER_PX = 78
-TOP_PX = 52
+AXIS_PX = 60
+SLIDER_PX = 62
+LINE_PX = 20
+TOP_PAD_PX = 12
+LEGEND_ROW_PX = 22
+#: The most a figure may be tall on a phone, CSS px (issue 39: it leaves room for the
+#: prose around it on a 414 × 896 screen), and the least its plot may be.
+PHONE_MAX_PX = 700
+MIN_PLOT_PX = 180
+#: The screens that get the narrow layout: the media query of the book's narrow figures
+#: (:data:`posenc.book.plotting.NARROW_MEDIA`).
+NARROW_MEDIA = "(max-width: 640px)"
+#: The legend's columns, on a wide screen and on a narrow one (``LEGEND_COLUMNS[narrow]``):
+#: each entry gets that fraction of the plot's width, so the rows are known in advance.
+LEGEND_COLUMNS = {False: 4, True: 2}
 
 
 @dataclass(frozen=True)
@@ -134,29 +148,73 @@ class Explorer:
     def default_key(self) -> str:
         return ",".join(str(c.default) for c in self.controls)
 
-    def figure_layout(self) -> dict:
-        """The plotly.js layout of the first state, sliders included: the plot on top
-        (its x-axis labels below it), one slider per control under it, the readout
-        annotations in the top margin. A legend's ``y`` is read within the plot."""
+    def readout_lines(self) -> int:
+        """The most lines the annotations of a state have (the readout's)."""
+        return max((max((a["text"].count("<br>") + 1 for a in st["layout"].get(
+            "annotations", [])), default=0) for st in self.states.values()), default=0)
+
+    def legend_names(self) -> list[list[str]]:
+        """The legend's entries of every state (named traces not hidden from it)."""
+        if self.layout.get("showlegend", True) is False:
+            return []
+        return [
+            [t["name"] for t in st["data"] if t.get("name") and t.get("showlegend", True)
+             and t.get("type", "scatter") != "heatmap"]
+            for st in self.states.values()
+        ]
+
+    def legend_rows(self, narrow: bool = False) -> int:
+        """How many rows the horizontal legend takes, at most over the states: its
+        entries sit on a grid of :data:`LEGEND_COLUMNS` (narrow or wide) columns."""
+        per_row = LEGEND_COLUMNS[narrow]
+        return max((-(-len(names) // per_row) for names in self.legend_names()), default=0)
+
+    def figure_layout(self, narrow: bool = False) -> dict:
+        """The plotly.js layout of the first state, sliders included, from the top: the
+        readout annotations in the top margin, the plot, its x-axis labels, the legend
+        (horizontal, below the plot, so it never covers it), one slider per control.
+
+        ``narrow`` is the layout of a phone (:data:`NARROW_MEDIA`): the plot is made
+        shorter so that the figure is at most :data:`PHONE_MAX_PX` tall.
+
+        Raises:
+            ValueError: so many sliders and legend rows that a phone's plot would be
+                under :data:`MIN_PLOT_PX`.
+        """
         n = len(self.controls)
-        top = TOP_PX + (24 if self.title else 0)
-        height = top + PLOT_PX + AXIS_PX + SLIDER_PX * n + 8
+        top = TOP_PAD_PX + LINE_PX * self.readout_lines() + (24 if self.title else 0)
+        rows = self.legend_rows(narrow)
+        legend = LEGEND_ROW_PX * rows + (12 if rows else 0)  # its rows and a gap above
+        below = AXIS_PX + legend + SLIDER_PX * n  # from the plot's bottom to the sliders'
+        plot = PLOT_PX
+        if narrow:
+            plot = min(PLOT_PX, PHONE_MAX_PX - top - below - 8)
+            if plot < MIN_PLOT_PX:
+                raise ValueError(
+                    f"{n} sliders and {rows} legend rows leave a {plot}-px plot on a "
+                    f"phone (at least {MIN_PLOT_PX}): use fewer controls"
+                )
+        height = top + plot + below + 8
         inner = height - top - 8  # plotly's paper coordinates span this
-        bottom = (SLIDER_PX * n + AXIS_PX) / inner  # where the plot starts
         layout = {
             "height": height,
             "autosize": True,
             "margin": {"l": 64, "r": 16, "t": top, "b": 8},
             "font": {"size": FONT_PX},
             "title": {"text": self.title, "font": {"size": FONT_PX + 1}, "x": 0.02},
-            "legend": {"font": {"size": FONT_PX - 1}},
-            "showlegend": True,
+            "showlegend": bool(rows),
             **self.layout,
         }
-        layout["yaxis"] = {**layout.get("yaxis", {}), "domain": [bottom, 1]}
-        if "y" in layout["legend"]:
-            y = layout["legend"]["y"]
-            layout["legend"] = {**layout["legend"], "y": bottom + y * (1 - bottom)}
+        layout["yaxis"] = {**layout.get("yaxis", {}), "domain": [below / inner, 1]}
+        # under the x-axis title, within the plot's width (a legend reaching past it
+        # would push the plot's margins)
+        layout["legend"] = {
+            "font": {"size": FONT_PX - 1},
+            **self.layout.get("legend", {}),
+            "orientation": "h", "x": 0, "xanchor": "left",
+            "entrywidthmode": "fraction", "entrywidth": 1 / LEGEND_COLUMNS[narrow],
+            "yref": "paper", "y": (legend - 6 + SLIDER_PX * n) / inner, "yanchor": "top",
+        }
         layout["sliders"] = [
             {
                 "active": c.default,
@@ -164,13 +222,17 @@ class Explorer:
                 "len": 1.0,
                 "y": SLIDER_PX * (n - k) / inner,
                 "yanchor": "top",
-                "pad": {"t": 8, "b": 8, "l": 8, "r": 8},
+                "pad": {"t": 4, "b": 0, "l": 8, "r": 8},
+                "ticklen": 4,
                 "currentvalue": {
                     "prefix": f"{c.label or c.name}: ",
                     "font": {"size": FONT_PX},
                     "xanchor": "left",
+                    "offset": 4,
                 },
-                "font": {"size": 12},
+                # the step labels are hidden (:meth:`html`'s style); small, they
+                # take no height
+                "font": {"size": 6},
                 "steps": [
                     {"label": _label(v), "method": "skip", "args": []}
                     for v in c.values
@@ -182,10 +244,13 @@ class Explorer:
         return layout
 
     def spec(self) -> dict:
-        """Everything the page needs: the first state, its layout, every state."""
+        """Everything the page needs: the first state, its layouts (wide and
+        narrow: the page picks by :data:`NARROW_MEDIA`), every state."""
         return {
             "data": self.states[self.default_key]["data"],
             "layout": self.figure_layout(),
+            "narrow": self.figure_layout(narrow=True),
+            "media": NARROW_MEDIA,
             "config": {"responsive": True, "displayModeBar": False},
             "states": self.states,
         }
@@ -312,18 +377,26 @@ def draw_static(data: list[dict], layout: dict):
 
 
 # Looks a state up and redraws it; computes nothing. %(div)s, %(src)s are filled in.
+# The layout is the wide or the narrow one by the media query, and changes with it.
 _GLUE = """(function(){
 var id="%(div)s", src="%(src)s";
 function go(){
  var gd=document.getElementById(id);
  var spec=JSON.parse(document.getElementById(id+"-spec").textContent);
- Plotly.newPlot(gd, spec.data, spec.layout, spec.config).then(function(){
-  gd.on("plotly_sliderchange", function(){
-   var key=gd.layout.sliders.map(function(s){return s.active;}).join(",");
-   var st=spec.states[key]; if(!st) return;
-   var lay=Object.assign({}, gd.layout, st.layout);
-   Plotly.react(gd, st.data, lay, spec.config);
-  });
+ var mq=window.matchMedia(spec.media);
+ function base(){return mq.matches ? spec.narrow : spec.layout;}
+ function draw(active){
+  var key=active.join(","), st=spec.states[key]; if(!st) return;
+  var lay=JSON.parse(JSON.stringify(base()));
+  lay.sliders.forEach(function(s, i){s.active=active[i];});
+  Object.assign(lay, st.layout);
+  return Plotly.react(gd, st.data, lay, spec.config);
+ }
+ function active(){return gd.layout.sliders.map(function(s){return s.active;});}
+ Plotly.newPlot(gd, spec.data, base(), spec.config).then(function(){
+  gd.on("plotly_sliderchange", function(){draw(active());});
+  mq.addEventListener("change", function(){draw(active());});
+  gd.setAttribute("data-posenc-drawn", "");
  });
 }
 if(window.Plotly){go();return;}
