@@ -98,12 +98,117 @@ def test_each_scheme_has_one_style_and_one_name_and_figures_never_share_a_colour
     study = ["none", "alibi", "learned", "sinusoidal", "shaw", "transformer_xl", "t5", "deberta",
              "rope", "xpos", "fire", "kerple, log"]
     assert set(main_labels(study, 64)) <= set(SCHEME_STYLES)
-    drawn_together = [  # the figures of the ALiBi chapter and of the second edition
-        ["alibi", "shaw", "transformer_xl", "t5", "deberta", "sinusoidal", "learned", "none"],
-        ["none", "sinusoidal", "learned", "rope", "xpos"],
-        ["none", "alibi", "shaw", "transformer_xl", "t5", "deberta", "kerple, log", "fire"],
-        ["alibi", "deberta", "rope", "fire", "kerple, log"],
-    ]
-    for group in drawn_together:
+    assert len(set(SCHEME_NAMES.values())) == len(SCHEME_NAMES)  # nor share a name
+    for group in DRAWN_TOGETHER:
         colours = [SCHEME_STYLES[s]["color"] for s in group]
         assert len(set(colours)) == len(colours), group
+
+
+#: The schemes and methods each figure of the book draws together (the study's figures
+#: in the ALiBi chapter, the second edition and the tour; the context-extension,
+#: remapping and temperature methods in the tour, context extension, real-model,
+#: RoPE-variants and remapping chapters; the remapping chapter's table of nine, should it
+#: become a figure; the temperatures' table of four).
+DRAWN_TOGETHER = [
+    ["alibi", "shaw", "transformer_xl", "t5", "deberta", "sinusoidal", "learned", "none"],
+    ["none", "sinusoidal", "learned", "rope", "xpos"],
+    ["none", "alibi", "shaw", "transformer_xl", "t5", "deberta", "kerple, log", "fire"],
+    ["alibi", "deberta", "rope", "fire", "kerple, log"],
+    ["sinusoidal", "rope", "none", "alibi", "transformer_xl"],
+    ["linear", "ntk", "yarn"],
+    ["default", "linear", "yarn"],
+    ["linear", "ntk", "dynamic", "yarn", "llama3"],
+    ["default", "linear", "ntk", "dynamic", "yarn", "llama3"],
+    ["default", "linear", "ntk", "dynamic", "yarn", "llama3", "self_extend", "dual_chunk", "rerope"],
+    ["longrope", "linear", "ntk"],
+    ["yarn", "logn", "llama4", "ssmax"],
+]
+#: The chapters that draw context-extension, remapping or temperature methods.
+METHOD_CHAPTERS = ["tour", "context_extension", "rope_real_model", "rope_variants", "remapping"]
+
+
+def test_methods_drawn_together_differ_in_marker_too():
+    from posenc.book.plotting import SCHEME_STYLES
+
+    for group in DRAWN_TOGETHER[5:]:
+        markers = [SCHEME_STYLES[s]["marker"] for s in group]
+        assert len(set(markers)) == len(markers), group
+
+
+def test_figures_of_methods_take_their_style_from_the_one_map():
+    """Every code cell of these chapters that draws a context-extension, remapping or
+    temperature method styles it from SCHEME_STYLES, not from a palette of its own."""
+    import json
+    import re
+    from pathlib import Path
+
+    import posenc.layers.remapped_schemes  # noqa: F401  (registers the remapping methods)
+    from posenc.book.plotting import SCHEME_STYLES
+    from posenc.scaling import ROPE_TYPES
+    from posenc.schemes import available_schemes
+    from posenc.temperature import TEMPERATURE_TYPES
+
+    methods = [*ROPE_TYPES, *available_schemes("attention"), *TEMPERATURE_TYPES]
+    assert {"self_extend", "dual_chunk", "rerope"} <= set(methods)
+    assert set(methods) - {"proportional"} <= set(SCHEME_STYLES)  # every method has a style
+    draws = re.compile(r"\.(plot|semilogy|semilogx|loglog|errorbar|scatter)\(|perplexity_plot\(|interval_plot\(")
+    names = "|".join(m for m in methods if m != "proportional")
+    mentions = re.compile(rf'"({names})"|scaling_methods\(|pretrained_study\.methods\(|_query_scale\(')
+    book = Path(__file__).resolve().parents[1] / "book"
+    checked = 0
+    for chapter in METHOD_CHAPTERS:
+        cells = json.loads((book / f"{chapter}.ipynb").read_text(encoding="utf-8"))["cells"]
+        for cell in cells:
+            source = "".join(cell["source"])
+            if cell["cell_type"] != "code" or not (draws.search(source) and mentions.search(source)):
+                continue
+            checked += 1
+            assert "SCHEME_STYLES[" in source, (chapter, cell.get("id"))
+            assert "OKABE_ITO[" not in source and "MARKERS[" not in source, (chapter, cell.get("id"))
+    assert checked >= 7  # the figures changed for issue 39
+
+
+def test_a_figure_is_drawn_again_for_a_phone_with_its_text_legible_there():
+    """figure_html: a <picture> whose narrow source phones get, both PNGs with their text
+    metadata; the phone's drawing shows the smallest text at MIN_TEXT_PX or more in a phone's
+    column, where the wide drawing would not; the figure keeps its own size; decks take the PNG."""
+    import base64
+    import re
+    import sys
+    from pathlib import Path
+
+    from posenc.book import plotting
+
+    plotting.use_style()
+    fig, axes = plotting.figure(1, 2)
+    for ax in axes:
+        ax.plot(range(100), label="a series")
+        ax.set(xlabel="position m", ylabel="score", title="a panel")
+        ax.legend()
+    out = plotting.figure_html(fig)
+    assert tuple(fig.get_size_inches()) == (plotting.FIGURE_WIDTH, plotting.PANEL_HEIGHT)
+    picture = re.fullmatch(
+        r'<picture class="posenc-figure"><source media="([^"]+)" srcset="data:image/png;base64,([^"]+)"/>'
+        r'<img src="data:image/png;base64,([^"]+)" alt="([^"]+)"/></picture>', out)
+    assert picture, out[:200]
+    media, narrow, wide, alt = picture.groups()
+    assert media == plotting.NARROW_MEDIA and alt == "a panel; a panel"
+
+    def shown_px(png, column):
+        meta = plotting.png_text_metadata(base64.b64decode(png))
+        return plotting.displayed_text_px(meta["font_pt_min"], meta["dpi"], meta["natural_px"],
+                                          min(column, meta["natural_px"]))
+
+    assert shown_px(narrow, plotting.PHONE_COLUMN_PX) >= plotting.MIN_TEXT_PX
+    assert shown_px(wide, plotting.PHONE_COLUMN_PX) < plotting.MIN_TEXT_PX  # why it exists
+    assert shown_px(wide, plotting.COLUMN_PX) >= plotting.MIN_TEXT_PX
+    # the narrow drawing is as wide as asked, plus the tight bounding box's padding
+    meta = plotting.png_text_metadata(base64.b64decode(narrow))
+    assert meta["natural_px"] <= (plotting.NARROW_WIDTH + 0.25) * meta["dpi"]
+    # a deck shows the PNG, not the picture
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "book" / "_slides"))
+    from posenc_slides import static_figure
+
+    bundle = {"text/html": out, "image/png": wide, "text/plain": "<Figure>"}
+    assert "text/html" not in static_figure({"output_type": "display_data", "data": bundle})["data"]
+    plt.close(fig)

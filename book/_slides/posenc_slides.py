@@ -187,9 +187,12 @@ SUBTITLE = "posenc · Positional encodings for transformers"
 
 def static_figure(output):
     """A figure the reader moves on the site (posenc.book.interactive) is shown in the deck by
-    its static PNG: its HTML needs the site's plotly.js and sliders a lecture does not use."""
+    its static PNG: its HTML needs the site's plotly.js and sliders a lecture does not use. A
+    matplotlib figure's HTML (posenc.book.plotting.figure_html: a narrow drawing for phones
+    beside the wide one) gives way to its PNG too: a deck is shown wide."""
     data = output.get("data", {})
-    if "posenc-interactive" in str(data.get("text/html", "")) and "image/png" in data:
+    html = str(data.get("text/html", ""))
+    if ("posenc-interactive" in html or 'class="posenc-figure"' in html) and "image/png" in data:
         del data["text/html"]
     return output
 

@@ -10,11 +10,16 @@ down to it, so what decides how large its text looks is the figure's width in in
 not its dpi: text of ``s`` points in a figure ``w`` inches wide is shown at
 ``s · 690 / (72 · w)`` px. Figures are :data:`FIGURE_WIDTH` inches wide (the
 default ``figure.figsize``, and :func:`figure`) and no text is smaller than
-:data:`MIN_FONT_PT`, so the smallest text is about 14 px on a desktop and 8 px on a
-414-px phone. Inside IPython, :func:`use_style` also makes every figure's PNG carry
-its smallest font size, dpi and width (:func:`figure_png`, read back by
-:func:`png_text_metadata`), so that the browser tests can check the text size as
-displayed on every page.
+:data:`MIN_FONT_PT`, so the smallest text is about 14 px on a desktop. A phone's column
+is :data:`PHONE_COLUMN_PX` (382 CSS px on a 414-px screen), where the same figure's text
+would shrink to about 8 px; so every figure is drawn twice, the second time
+:data:`NARROW_WIDTH` inches wide with text of the same size in points, and the page shows
+that narrow drawing to screens up to :data:`NARROW_MEDIA` (:func:`figure_html`, an HTML
+``<picture>``): its smallest text is then about 12 px on the phone. Inside IPython,
+:func:`use_style` makes every figure display as that picture and as a PNG (the decks and
+other front ends take the PNG), each PNG carrying its smallest font size, dpi and width
+(:func:`figure_png`, read back by :func:`png_text_metadata`), so that the browser tests can
+check the text size as displayed on every page, at both widths.
 """
 
 from __future__ import annotations
@@ -39,9 +44,20 @@ OKABE_ITO = (
 )
 #: One marker per colour of :data:`OKABE_ITO`, so that series differ in shape too.
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
-#: One colour and marker per scheme of the study, the same in every chapter that
-#: compares them (``ax.plot(..., **SCHEME_STYLES[label])``): no two schemes share
-#: both. A colour returns only for schemes that no figure of the book draws together.
+#: One colour and marker per scheme of the study, and per context-extension, remapping
+#: and temperature method, the same in every chapter that draws them
+#: (``ax.plot(..., **SCHEME_STYLES[key])``): no two share both. A colour returns only
+#: for methods that no figure of the book draws together (tests/test_plotting.py lists
+#: which are). The frequency methods are keyed by their ``rope_type``
+#: (:mod:`posenc.scaling`: the names of transformers' ``modeling_rope_utils``, the
+#: static ``"ntk"`` the book's own; ``"default"`` is RoPE unscaled, grey as a
+#: baseline), the remapping methods by their ``"attention"`` scheme name
+#: (:mod:`posenc.layers.remapped_schemes`), the temperatures by their ``"type"``
+#: (:data:`posenc.temperature.TEMPERATURE_TYPES`). The nine the remapping chapter
+#: compares (unscaled, five frequency and three remapping methods) take nine colours,
+#: ReRoPE the faint yellow; LongRoPE is drawn beside PI and NTK-aware only, the
+#: temperatures beside YaRN only. RoPE is blue, not orange, because the tour draws it
+#: beside Transformer-XL.
 SCHEME_STYLES = {
     "alibi": {"color": OKABE_ITO[6], "marker": "o"},
     "shaw": {"color": OKABE_ITO[0], "marker": "s"},
@@ -51,10 +67,23 @@ SCHEME_STYLES = {
     "sinusoidal": {"color": OKABE_ITO[4], "marker": "P"},
     "learned": {"color": OKABE_ITO[5], "marker": "X"},
     "none": {"color": "0.55", "marker": "*"},
-    "rope": {"color": OKABE_ITO[1], "marker": "p"},
+    "rope": {"color": OKABE_ITO[0], "marker": "p"},
     "xpos": {"color": OKABE_ITO[3], "marker": "d"},
     "kerple, log": {"color": OKABE_ITO[4], "marker": "h"},
     "fire": {"color": OKABE_ITO[5], "marker": "H"},
+    "default": {"color": "0.4", "marker": "o"},
+    "linear": {"color": OKABE_ITO[0], "marker": "^"},
+    "ntk": {"color": OKABE_ITO[1], "marker": "s"},
+    "dynamic": {"color": OKABE_ITO[2], "marker": "D"},
+    "yarn": {"color": OKABE_ITO[3], "marker": "v"},
+    "llama3": {"color": OKABE_ITO[4], "marker": "X"},
+    "longrope": {"color": OKABE_ITO[5], "marker": "p"},
+    "self_extend": {"color": OKABE_ITO[6], "marker": "P"},
+    "dual_chunk": {"color": OKABE_ITO[5], "marker": "d"},
+    "rerope": {"color": OKABE_ITO[7], "marker": "h"},
+    "logn": {"color": OKABE_ITO[6], "marker": "s"},
+    "llama4": {"color": OKABE_ITO[5], "marker": "^"},
+    "ssmax": {"color": OKABE_ITO[4], "marker": "o"},
 }
 #: How a figure's legend or a sentence names each scheme of :data:`SCHEME_STYLES`.
 SCHEME_NAMES = {
@@ -62,6 +91,10 @@ SCHEME_NAMES = {
     "t5": "T5", "deberta": "DeBERTa", "sinusoidal": "sinusoidal", "learned": "learned",
     "none": "none (NoPE)", "rope": "RoPE", "xpos": "xPos",
     "kerple, log": "Kerple (log)", "fire": "FIRE",
+    "default": "plain RoPE", "linear": "linear (PI)", "ntk": "NTK-aware",
+    "dynamic": "dynamic NTK", "yarn": "YaRN", "llama3": "Llama 3", "longrope": "LongRoPE",
+    "self_extend": "SelfExtend", "dual_chunk": "DCA", "rerope": "ReRoPE",
+    "logn": "log-n", "llama4": "Llama 4", "ssmax": "Scalable-Softmax",
 }
 SEQUENTIAL_CMAP = "viridis"
 DIVERGING_CMAP = "RdBu_r"
@@ -77,6 +110,14 @@ PANEL_HEIGHT = 3.2
 MIN_FONT_PT = 9.0
 #: The smallest text as displayed that the book accepts, in CSS px (tests/test_site.py).
 MIN_TEXT_PX = 10.0
+#: Width of the text column on a 414-px phone (jupyter-book 1's theme), in CSS px.
+PHONE_COLUMN_PX = 382
+#: Width in inches of a figure's narrow drawing (:func:`figure_html`): the smallest text
+#: (:data:`MIN_FONT_PT`) is then shown at about 12 px in a phone's column.
+NARROW_WIDTH = 4.0
+#: The screens that get the narrow drawing: a phone, or a window as narrow as one. Above it
+#: the theme's column is wider than the narrow drawing's 600 px.
+NARROW_MEDIA = "(max-width: 640px)"
 
 STYLE = {
     "axes.prop_cycle": cycler(color=OKABE_ITO),
@@ -120,6 +161,7 @@ def use_style() -> None:
         # which is when the first figure is made: load it now, then replace it
         plt.close(plt.figure())
         shell.display_formatter.formatters["image/png"].for_type(Figure, figure_png)
+        shell.display_formatter.formatters["text/html"].for_type(Figure, figure_html)
 
 
 def figure(nrows: int = 1, ncols: int = 1, *, height: float | None = None, **kwargs):
@@ -189,6 +231,140 @@ def figure_png(fig, dpi: float | None = None) -> bytes:
         buffer, format="png", dpi=dpi, bbox_inches="tight", metadata=metadata
     )
     return buffer.getvalue()
+
+
+def narrow_png(fig, dpi: float | None = None) -> bytes:
+    """``fig`` drawn for a phone, as :func:`figure_png` writes it, at :data:`NARROW_WIDTH`
+    inches wide with its height and font sizes kept; the figure is restored afterwards.
+
+    Constrained layout (the book's default) lays the panels out again at the narrow width.
+    What it does not do is done here, for the narrow drawing only: a legend beside a panel
+    moves under it, a title wider than its panel breaks into two lines, x tick labels that
+    would overlap turn by 35°, and when text outside the panels still makes the drawing
+    wider than :data:`NARROW_WIDTH`, the panels narrow (to three quarters at most) so that the
+    text keeps its size on the phone. A figure already that narrow is drawn as it is.
+
+    Args:
+        fig: a matplotlib Figure. dpi: default ``savefig.dpi``.
+
+    Returns:
+        The PNG file's bytes.
+    """
+    width, height = fig.get_size_inches()
+    target = min(width, NARROW_WIDTH)
+    undo: list = []
+    try:
+        size = target
+        fig.set_size_inches(size, height)
+        undo += _legends_under_panels(fig)
+        undo += _break_wide_titles(fig)
+        for _ in range(4):
+            fig.set_size_inches(size, height)
+            undo += _turn_clashing_ticks(fig)
+            drawn = fig.get_tightbbox(fig.canvas.get_renderer()).width
+            if drawn <= target + 0.05 or size <= 0.75 * target:
+                break
+            size = max(0.75 * target, size - (drawn - target))
+        return figure_png(fig, dpi)
+    finally:
+        for restore in reversed(undo):
+            restore()
+        fig.set_size_inches(width, height)
+
+
+def _visible_axes(fig) -> list:
+    return [ax for ax in fig.axes if ax.get_visible()]
+
+
+def _legends_under_panels(fig) -> list:
+    """Move every panel's legend that sticks out to the right of its panel under the panel
+    (below its x-axis labels); return the undo callables."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    undo = []
+    for ax in _visible_axes(fig):
+        legend = ax.get_legend()
+        if legend is None or not legend.get_visible():
+            continue
+        box, panel = legend.get_window_extent(renderer), ax.get_window_extent(renderer)
+        if box.x1 <= panel.x1 + 2 or box.y1 < panel.y0:  # inside, or already under it
+            continue
+        below = ax.xaxis.get_tightbbox(renderer)
+        y = ax.transAxes.inverted().transform((0, below.y0 if below is not None else panel.y0))[1]
+        anchor, loc = legend.get_bbox_to_anchor(), legend._loc
+        legend.set_bbox_to_anchor((0.5, y - 0.02), transform=ax.transAxes)
+        legend.set_loc("upper center")
+
+        def restore(legend=legend, anchor=anchor, loc=loc):
+            legend.set_bbox_to_anchor(anchor)
+            legend._loc = loc
+
+        undo.append(restore)
+    return undo
+
+
+def _break_wide_titles(fig) -> list:
+    """Break a panel's title that is wider than its panel into two lines at the space
+    nearest its middle; return the undo callables."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    undo = []
+    for ax in _visible_axes(fig):
+        title = ax.title
+        text = title.get_text()
+        if " " not in text or "\n" in text:
+            continue
+        if title.get_window_extent(renderer).width <= ax.get_window_extent(renderer).width:
+            continue
+        spaces = [i for i, c in enumerate(text) if c == " "]
+        cut = min(spaces, key=lambda i: abs(i - len(text) / 2))
+        title.set_text(text[:cut] + "\n" + text[cut + 1 :])
+        undo.append(lambda title=title, text=text: title.set_text(text))
+    return undo
+
+
+def _turn_clashing_ticks(fig) -> list:
+    """Turn the x tick labels of every panel whose labels overlap by 35°; return the undo
+    callables."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    undo = []
+    for ax in _visible_axes(fig):
+        labels = [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text().strip()]
+        if any("\n" in t.get_text() for t in labels):
+            continue  # lines written to be read level; turned they run into each other
+        boxes = sorted((t.get_window_extent(renderer) for t in labels), key=lambda b: b.x0)
+        gap = 2 * fig.dpi / 72  # two points
+        if labels and labels[0].get_rotation() == 0 and any(
+            a.x1 + gap > b.x0 for a, b in zip(boxes, boxes[1:])
+        ):
+            for t in labels:
+                old = (t.get_rotation(), t.get_ha(), t.get_rotation_mode())
+                t.set(rotation=35, ha="right", rotation_mode="anchor")
+                undo.append(lambda t=t, old=old: t.set(rotation=old[0], ha=old[1], rotation_mode=old[2]))
+    return undo
+
+
+def figure_html(fig) -> str:
+    """``fig`` as an HTML ``<picture>`` of class ``posenc-figure``: the figure at the book's
+    width (:func:`figure_png`) for wide screens, and drawn again at :data:`NARROW_WIDTH`
+    inches (:func:`narrow_png`) for screens up to :data:`NARROW_MEDIA`, both as ``data:``
+    URIs, with the figure's titles as the image's alternative text. The decks show the
+    figure's PNG instead (``book/_slides/posenc_slides.py``)."""
+    import base64
+    import html
+
+    def uri(png: bytes) -> str:
+        return "data:image/png;base64," + base64.b64encode(png).decode()
+
+    titles = [fig.get_suptitle()] + [ax.get_title() for ax in fig.axes if ax.get_visible()]
+    alt = html.escape("; ".join(t for t in titles if t.strip()) or "figure", quote=True)
+    wide = uri(figure_png(fig))
+    narrow = uri(narrow_png(fig))
+    return (
+        f'<picture class="posenc-figure"><source media="{NARROW_MEDIA}" srcset="{narrow}"/>'
+        f'<img src="{wide}" alt="{alt}"/></picture>'
+    )
 
 
 def png_text_metadata(path_or_bytes) -> dict[str, float] | None:
