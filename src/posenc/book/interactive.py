@@ -70,8 +70,9 @@ MIN_PLOT_PX = 180
 #: The screens that get the narrow layout: the media query of the book's narrow figures
 #: (:data:`posenc.book.plotting.NARROW_MEDIA`).
 NARROW_MEDIA = "(max-width: 640px)"
-#: The legend's columns, on a wide screen and on a narrow one (``LEGEND_COLUMNS[narrow]``):
-#: each entry gets that fraction of the plot's width, so the rows are known in advance.
+#: The legend's columns, on a wide screen and on a narrow one
+#: (``LEGEND_COLUMNS[narrow]``): each entry gets that fraction of the plot's width, so
+#: the rows are known in advance.
 LEGEND_COLUMNS = {False: 4, True: 2}
 
 
@@ -158,7 +159,8 @@ class Explorer:
         if self.layout.get("showlegend", True) is False:
             return []
         return [
-            [t["name"] for t in st["data"] if t.get("name") and t.get("showlegend", True)
+            [t["name"] for t in st["data"]
+             if t.get("name") and t.get("showlegend", True)
              and t.get("type", "scatter") != "heatmap"]
             for st in self.states.values()
         ]
@@ -167,7 +169,8 @@ class Explorer:
         """How many rows the horizontal legend takes, at most over the states: its
         entries sit on a grid of :data:`LEGEND_COLUMNS` (narrow or wide) columns."""
         per_row = LEGEND_COLUMNS[narrow]
-        return max((-(-len(names) // per_row) for names in self.legend_names()), default=0)
+        rows = (-(-len(names) // per_row) for names in self.legend_names())
+        return max(rows, default=0)
 
     def figure_layout(self, narrow: bool = False) -> dict:
         """The plotly.js layout of the first state, sliders included, from the top: the
@@ -185,7 +188,8 @@ class Explorer:
         top = TOP_PAD_PX + LINE_PX * self.readout_lines() + (24 if self.title else 0)
         rows = self.legend_rows(narrow)
         legend = LEGEND_ROW_PX * rows + (12 if rows else 0)  # its rows and a gap above
-        below = AXIS_PX + legend + SLIDER_PX * n  # from the plot's bottom to the sliders'
+        # from the plot's bottom to the sliders' bottom
+        below = AXIS_PX + legend + SLIDER_PX * n
         plot = PLOT_PX
         if narrow:
             plot = min(PLOT_PX, PHONE_MAX_PX - top - below - 8)
@@ -213,7 +217,8 @@ class Explorer:
             **self.layout.get("legend", {}),
             "orientation": "h", "x": 0, "xanchor": "left",
             "entrywidthmode": "fraction", "entrywidth": 1 / LEGEND_COLUMNS[narrow],
-            "yref": "paper", "y": (legend - 6 + SLIDER_PX * n) / inner, "yanchor": "top",
+            "yref": "paper", "y": (legend - 6 + SLIDER_PX * n) / inner,
+            "yanchor": "top",
         }
         layout["sliders"] = [
             {
