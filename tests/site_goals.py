@@ -33,7 +33,7 @@ What is measured (a page as a reader first sees it: folded blocks closed):
   clips it, where that ancestor does not scroll (text or a formula cut off); ``uncued``, every
   box that scrolls sideways (wider content than its box) without the cue that more is off to
   the side (book/_assets/posenc.css: edge shadows, a ``local`` background); ``widest``, the
-  widest such element, with its width; ``explorers``, each plotly figure's height (at most
+  widest such element (its content's width), and ``widest_not_code``, the widest but code; ``explorers``, each plotly figure's height (at most
   :data:`MAX_EXPLORER_PX`) and whether its legend overlaps the plot or a slider;
 * ``words`` and ``minutes``: the visible prose, read at 200 words a minute;
 * for a deck, every slide whose content is taller than the slide (1280 × 800).
@@ -145,11 +145,13 @@ const content = Array.from(article.querySelectorAll(
   'p, li, dt, dd, h1, h2, h3, h4, h5, h6, caption, figcaption, th, td, blockquote, table, pre, '
   + 'mjx-container, img, .posenc-interactive')).filter(e => !inside(e) && shown(e));
 const clipped = [];
-let widest = {width: 0, what: ''};
+let widest = {width: 0, what: ''}, widestNotCode = {width: 0, what: ''};
 new Set([...content, ...boxes]).forEach((e) => {
   const r = e.getBoundingClientRect();
   const width = Math.max(r.width, e.scrollWidth || 0);
   if (width > widest.width) widest = {width: Math.round(width), what: describe(e)};
+  if (width > widestNotCode.width && !e.closest('pre, div.highlight'))
+    widestNotCode = {width: Math.round(width), what: describe(e)};
   // the nearest ancestor that clips decides: one that scrolls lets the reader reach the rest
   for (let a = e.parentElement; a && a !== document.documentElement; a = a.parentElement) {
     const s = getComputedStyle(a);
@@ -180,7 +182,8 @@ const explorers = Array.from(article.querySelectorAll('.posenc-interactive')).fi
 });
 return {images: IMAGES(article), column: article.getBoundingClientRect().width,
         width: document.documentElement.scrollWidth, inner: window.innerWidth,
-        clipped: clipped, uncued: uncued, widest: widest, explorers: explorers};
+        clipped: clipped, uncued: uncued, widest: widest, widest_not_code: widestNotCode,
+        explorers: explorers};
 """
 
 LOAD_ALL_IMAGES = """
@@ -347,6 +350,7 @@ def measure_page(driver, url: str) -> dict:
         "clipped": phone["clipped"],
         "uncued": phone["uncued"],
         "widest": phone["widest"],
+        "widest_not_code": phone["widest_not_code"],
         "phone_column": phone["column"],
         "explorers": phone["explorers"],
         "words": prose,
@@ -540,12 +544,13 @@ def main(argv=None) -> int:
     try:
         with serve(HTML) as base:
             print(f"{'page':34} {'screens':>7} {'dense':>5} {'code':>5} {'fig px':>6} {'@414':>5} "
-                  f"{'words':>6} {'min':>5}  widest at {PHONE_WIDTH} px")
+                  f"{'words':>6} {'min':>5}  widest at {PHONE_WIDTH} px (all; not code)")
             for page in pages:
                 m = measure_page(driver, urljoin(base, f"{page}.html"))
                 small, phone = (f"{m[k]:.1f}" if m[k] is not None else "-" for k in ("min_text_px", "phone_min_text_px"))
                 print(f"{page:34} {m['screens']:7.1f} {len(m['dense']):5d} {m['code_lines']:5d} {small:>6} {phone:>5} "
-                      f"{m['words']:6d} {m['minutes']:5.1f}  {m['widest']['width']} px {m['widest']['what'][:60]}")
+                      f"{m['words']:6d} {m['minutes']:5.1f}  {m['widest']['width']} px {m['widest']['what'][:40]}; "
+                      f"{m['widest_not_code']['width']} px {m['widest_not_code']['what'][:40]}")
                 for problem in failures(m):
                     missed += 1
                     print(f"    ✗ {problem}")
