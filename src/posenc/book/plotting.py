@@ -92,7 +92,8 @@ SCHEME_NAMES = {
     "none": "none (NoPE)", "rope": "RoPE", "xpos": "xPos",
     "kerple, log": "Kerple (log)", "fire": "FIRE",
     "default": "plain RoPE", "linear": "linear (PI)", "ntk": "NTK-aware",
-    "dynamic": "dynamic NTK", "yarn": "YaRN", "llama3": "Llama 3", "longrope": "LongRoPE",
+    "dynamic": "dynamic NTK", "yarn": "YaRN", "llama3": "Llama 3",
+    "longrope": "LongRoPE",
     "self_extend": "SelfExtend", "dual_chunk": "DCA", "rerope": "ReRoPE",
     "logn": "log-n", "llama4": "Llama 4", "ssmax": "Scalable-Softmax",
 }
