@@ -185,8 +185,14 @@ def test_a_figure_is_drawn_again_for_a_phone_with_its_text_legible_there():
         ax.plot(range(100), label="a series")
         ax.set(xlabel="position m", ylabel="score", title="a panel")
         ax.legend()
+    # a legend beside its panel, as several chapters place one: under the panel on a phone
+    beside = axes[1].legend(loc="upper left", bbox_to_anchor=(1.02, 1))
+    fig.canvas.draw()
+    where = beside.get_window_extent().bounds
     out = plotting.figure_html(fig)
     assert tuple(fig.get_size_inches()) == (plotting.FIGURE_WIDTH, plotting.PANEL_HEIGHT)
+    fig.canvas.draw()
+    assert beside.get_window_extent().bounds == pytest.approx(where, abs=0.5) and beside.get_in_layout()  # restored
     picture = re.fullmatch(
         r'<picture class="posenc-figure"><source media="([^"]+)" srcset="data:image/png;base64,([^"]+)"/>'
         r'<img src="data:image/png;base64,([^"]+)" alt="([^"]+)"/></picture>', out)

@@ -10,16 +10,17 @@ down to it, so what decides how large its text looks is the figure's width in in
 not its dpi: text of ``s`` points in a figure ``w`` inches wide is shown at
 ``s · 690 / (72 · w)`` px. Figures are :data:`FIGURE_WIDTH` inches wide (the
 default ``figure.figsize``, and :func:`figure`) and no text is smaller than
-:data:`MIN_FONT_PT`, so the smallest text is about 14 px on a desktop. A phone's column
-is :data:`PHONE_COLUMN_PX` (382 CSS px on a 414-px screen), where the same figure's text
-would shrink to about 8 px; so every figure is drawn twice, the second time
-:data:`NARROW_WIDTH` inches wide with text of the same size in points, and the page shows
-that narrow drawing to screens up to :data:`NARROW_MEDIA` (:func:`figure_html`, an HTML
-``<picture>``): its smallest text is then about 12 px on the phone. Inside IPython,
-:func:`use_style` makes every figure display as that picture and as a PNG (the decks and
-other front ends take the PNG), each PNG carrying its smallest font size, dpi and width
-(:func:`figure_png`, read back by :func:`png_text_metadata`), so that the browser tests can
-check the text size as displayed on every page, at both widths.
+:data:`MIN_FONT_PT`, so the smallest text is about 14 px on a desktop. A phone's
+column is :data:`PHONE_COLUMN_PX` (382 CSS px on a 414-px screen), where the same
+figure's text would shrink to about 8 px; so every figure is drawn twice, the second
+time :data:`NARROW_WIDTH` inches wide with text of the same size in points, and the
+page shows that narrow drawing to screens up to :data:`NARROW_MEDIA`
+(:func:`figure_html`, an HTML ``<picture>``): its smallest text is then about 12 px
+on the phone. Inside IPython, :func:`use_style` makes every figure display as that
+picture and as a PNG (the decks and other front ends take the PNG), each PNG
+carrying its smallest font size, dpi and width (:func:`figure_png`, read back by
+:func:`png_text_metadata`), so that the browser tests can check the text size as
+displayed on every page, at both widths.
 """
 
 from __future__ import annotations
@@ -116,8 +117,8 @@ PHONE_COLUMN_PX = 382
 #: Width in inches of a figure's narrow drawing (:func:`figure_html`): the smallest text
 #: (:data:`MIN_FONT_PT`) is then shown at about 12 px in a phone's column.
 NARROW_WIDTH = 4.0
-#: The screens that get the narrow drawing: a phone, or a window as narrow as one. Above it
-#: the theme's column is wider than the narrow drawing's 600 px.
+#: The screens that get the narrow drawing: a phone, or a window as narrow as one.
+#: Above it the theme's column is wider than the narrow drawing's 600 px.
 NARROW_MEDIA = "(max-width: 640px)"
 
 STYLE = {
@@ -212,12 +213,13 @@ def _drawn(text) -> bool:
     return axes is None or axes.get_visible()
 
 
-def figure_png(fig, dpi: float | None = None) -> bytes:
+def figure_png(fig, dpi: float | None = None, *, extra_artists=()) -> bytes:
     """``fig`` as PNG bytes (``savefig.bbox`` tight) that carry, as text chunks,
     ``posenc:font_pt_min`` (:func:`smallest_font_pt`) and ``posenc:dpi``.
 
     Args:
         fig: a matplotlib Figure. dpi: default ``savefig.dpi``.
+        extra_artists: artists outside the layout that the tight box must still hold.
 
     Returns:
         The PNG file's bytes.
@@ -229,21 +231,28 @@ def figure_png(fig, dpi: float | None = None) -> bytes:
         "posenc:dpi": f"{dpi:g}",
     }
     fig.savefig(
-        buffer, format="png", dpi=dpi, bbox_inches="tight", metadata=metadata
+        buffer,
+        format="png",
+        dpi=dpi,
+        bbox_inches="tight",
+        bbox_extra_artists=list(extra_artists) or None,
+        metadata=metadata,
     )
     return buffer.getvalue()
 
 
 def narrow_png(fig, dpi: float | None = None) -> bytes:
-    """``fig`` drawn for a phone, as :func:`figure_png` writes it, at :data:`NARROW_WIDTH`
-    inches wide with its height and font sizes kept; the figure is restored afterwards.
+    """``fig`` drawn for a phone, as :func:`figure_png` writes it, at
+    :data:`NARROW_WIDTH` inches wide with its height and font sizes kept; the figure is
+    restored afterwards.
 
-    Constrained layout (the book's default) lays the panels out again at the narrow width.
-    What it does not do is done here, for the narrow drawing only: a legend beside a panel
-    moves under it, a title wider than its panel breaks into two lines, x tick labels that
-    would overlap turn by 35°, and when text outside the panels still makes the drawing
-    wider than :data:`NARROW_WIDTH`, the panels narrow (to three quarters at most) so that the
-    text keeps its size on the phone. A figure already that narrow is drawn as it is.
+    Constrained layout (the book's default) lays the panels out again at the narrow
+    width. What it does not do is done here, for the narrow drawing only: a legend
+    beside a panel moves under it, a title or x label wider than its panel breaks into
+    two lines, x tick labels that would overlap turn by 35°, and when text outside the
+    panels still makes the drawing wider than :data:`NARROW_WIDTH`, the panels narrow
+    (to three quarters at most) so that the text keeps its size on the phone. A figure
+    already that narrow is drawn as it is.
 
     Args:
         fig: a matplotlib Figure. dpi: default ``savefig.dpi``.
@@ -254,19 +263,21 @@ def narrow_png(fig, dpi: float | None = None) -> bytes:
     width, height = fig.get_size_inches()
     target = min(width, NARROW_WIDTH)
     undo: list = []
+    moved: dict = {}
     try:
         size = target
         fig.set_size_inches(size, height)
-        undo += _legends_under_panels(fig)
-        undo += _break_wide_titles(fig)
+        undo += _break_wide_text(fig)
         for _ in range(4):
             fig.set_size_inches(size, height)
             undo += _turn_clashing_ticks(fig)
-            drawn = fig.get_tightbbox(fig.canvas.get_renderer()).width
+            undo += _legends_under_panels(fig, moved)
+            renderer = fig.canvas.get_renderer()
+            drawn = fig.get_tightbbox(renderer, bbox_extra_artists=list(moved)).width
             if drawn <= target + 0.05 or size <= 0.75 * target:
                 break
             size = max(0.75 * target, size - (drawn - target))
-        return figure_png(fig, dpi)
+        return figure_png(fig, dpi, extra_artists=list(moved))
     finally:
         for restore in reversed(undo):
             restore()
@@ -277,9 +288,14 @@ def _visible_axes(fig) -> list:
     return [ax for ax in fig.axes if ax.get_visible()]
 
 
-def _legends_under_panels(fig) -> list:
-    """Move every panel's legend that sticks out to the right of its panel under the panel
-    (below its x-axis labels); return the undo callables."""
+def _legends_under_panels(fig, moved: dict) -> list:
+    """Put every panel's legend that sticks out to the right of its panel under the
+    panel, centred, a fixed distance (in points) below its x-axis labels, so that it
+    stays clear of them however the layout changes the panel's height, and outside the
+    layout; a legend moved before (``moved``, legend → its panel) is placed again.
+    Return the undo callables of the legends moved now."""
+    import matplotlib.transforms as mtransforms
+
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     undo = []
@@ -287,83 +303,102 @@ def _legends_under_panels(fig) -> list:
         legend = ax.get_legend()
         if legend is None or not legend.get_visible():
             continue
-        box, panel = legend.get_window_extent(renderer), ax.get_window_extent(renderer)
-        if box.x1 <= panel.x1 + 2 or box.y1 < panel.y0:  # inside, or already under it
+        panel = ax.get_window_extent(renderer)
+        inside = legend.get_window_extent(renderer).x1 <= panel.x1 + 2
+        if legend not in moved and inside:
             continue
-        below = ax.xaxis.get_tightbbox(renderer)
-        y = ax.transAxes.inverted().transform((0, below.y0 if below is not None else panel.y0))[1]
-        anchor, loc = legend.get_bbox_to_anchor(), legend._loc
-        legend.set_bbox_to_anchor((0.5, y - 0.02), transform=ax.transAxes)
+        if legend not in moved:
+            # matplotlib has no public way to put back an anchor it has transformed
+            anchor, loc = legend._bbox_to_anchor, legend._loc
+            laid_out = legend.get_in_layout()
+
+            def restore(legend=legend, anchor=anchor, loc=loc, laid_out=laid_out):
+                legend._bbox_to_anchor = anchor
+                legend._loc = loc
+                legend.set_in_layout(laid_out)
+
+            undo.append(restore)
+            moved[legend] = ax
+            # under everything, it only extends the drawing downwards (savefig's tight
+            # box); left to the layout, a legend wider than its panel squeezes the panel
+            legend.set_in_layout(False)
+        labels = ax.xaxis.get_tightbbox(renderer)
+        drop = (panel.y0 - labels.y0) / fig.dpi if labels is not None else 0.0
+        drop += 3 / 72  # three points of space, in inches
+        shift = mtransforms.ScaledTranslation(0, -drop, fig.dpi_scale_trans)
+        legend.set_bbox_to_anchor((0.5, 0.0), transform=ax.transAxes + shift)
         legend.set_loc("upper center")
-
-        def restore(legend=legend, anchor=anchor, loc=loc):
-            legend.set_bbox_to_anchor(anchor)
-            legend._loc = loc
-
-        undo.append(restore)
     return undo
 
 
-def _break_wide_titles(fig) -> list:
-    """Break a panel's title that is wider than its panel into two lines at the space
-    nearest its middle; return the undo callables."""
+def _break_wide_text(fig) -> list:
+    """Break a panel's title or x-axis label that is wider than its panel into two lines
+    at the space nearest its middle; return the undo callables."""
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     undo = []
     for ax in _visible_axes(fig):
-        title = ax.title
-        text = title.get_text()
-        if " " not in text or "\n" in text:
-            continue
-        if title.get_window_extent(renderer).width <= ax.get_window_extent(renderer).width:
-            continue
-        spaces = [i for i, c in enumerate(text) if c == " "]
-        cut = min(spaces, key=lambda i: abs(i - len(text) / 2))
-        title.set_text(text[:cut] + "\n" + text[cut + 1 :])
-        undo.append(lambda title=title, text=text: title.set_text(text))
+        room = ax.get_window_extent(renderer).width
+        for text in (ax.title, ax.xaxis.label):
+            words = text.get_text()
+            if " " not in words or "\n" in words:
+                continue
+            if text.get_window_extent(renderer).width <= room:
+                continue
+            spaces = [i for i, c in enumerate(words) if c == " "]
+            cut = min(spaces, key=lambda i: abs(i - len(words) / 2))
+            text.set_text(words[:cut] + "\n" + words[cut + 1 :])
+            undo.append(lambda text=text, words=words: text.set_text(words))
     return undo
 
 
 def _turn_clashing_ticks(fig) -> list:
-    """Turn the x tick labels of every panel whose labels overlap by 35°; return the undo
-    callables."""
+    """Turn the x tick labels of every panel whose labels overlap by 35°; return the
+    undo callables."""
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     undo = []
+    gap = 2 * fig.dpi / 72  # two points
     for ax in _visible_axes(fig):
-        labels = [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text().strip()]
+        labels = [
+            t for t in ax.get_xticklabels() if t.get_visible() and t.get_text().strip()
+        ]
         if any("\n" in t.get_text() for t in labels):
             continue  # lines written to be read level; turned they run into each other
-        boxes = sorted((t.get_window_extent(renderer) for t in labels), key=lambda b: b.x0)
-        gap = 2 * fig.dpi / 72  # two points
-        if labels and labels[0].get_rotation() == 0 and any(
-            a.x1 + gap > b.x0 for a, b in zip(boxes, boxes[1:])
-        ):
+        boxes = sorted(
+            (t.get_window_extent(renderer) for t in labels), key=lambda b: b.x0
+        )
+        clash = any(a.x1 + gap > b.x0 for a, b in zip(boxes, boxes[1:]))
+        if labels and labels[0].get_rotation() == 0 and clash:
             for t in labels:
-                old = (t.get_rotation(), t.get_ha(), t.get_rotation_mode())
+                old = {"rotation": t.get_rotation(), "ha": t.get_ha(),
+                       "rotation_mode": t.get_rotation_mode()}
                 t.set(rotation=35, ha="right", rotation_mode="anchor")
-                undo.append(lambda t=t, old=old: t.set(rotation=old[0], ha=old[1], rotation_mode=old[2]))
+                undo.append(lambda t=t, old=old: t.set(**old))
     return undo
 
 
 def figure_html(fig) -> str:
-    """``fig`` as an HTML ``<picture>`` of class ``posenc-figure``: the figure at the book's
-    width (:func:`figure_png`) for wide screens, and drawn again at :data:`NARROW_WIDTH`
-    inches (:func:`narrow_png`) for screens up to :data:`NARROW_MEDIA`, both as ``data:``
-    URIs, with the figure's titles as the image's alternative text. The decks show the
-    figure's PNG instead (``book/_slides/posenc_slides.py``)."""
+    """``fig`` as an HTML ``<picture>`` of class ``posenc-figure``: the figure at the
+    book's width (:func:`figure_png`) for wide screens, and drawn again at
+    :data:`NARROW_WIDTH` inches (:func:`narrow_png`) for screens up to
+    :data:`NARROW_MEDIA`, both as ``data:`` URIs, with the figure's titles as the
+    image's alternative text. The decks show the figure's PNG instead
+    (``book/_slides/posenc_slides.py``)."""
     import base64
     import html
 
     def uri(png: bytes) -> str:
         return "data:image/png;base64," + base64.b64encode(png).decode()
 
-    titles = [fig.get_suptitle()] + [ax.get_title() for ax in fig.axes if ax.get_visible()]
+    titles = [fig.get_suptitle()]
+    titles += [ax.get_title() for ax in fig.axes if ax.get_visible()]
     alt = html.escape("; ".join(t for t in titles if t.strip()) or "figure", quote=True)
     wide = uri(figure_png(fig))
     narrow = uri(narrow_png(fig))
     return (
-        f'<picture class="posenc-figure"><source media="{NARROW_MEDIA}" srcset="{narrow}"/>'
+        f'<picture class="posenc-figure">'
+        f'<source media="{NARROW_MEDIA}" srcset="{narrow}"/>'
         f'<img src="{wide}" alt="{alt}"/></picture>'
     )
 
