@@ -263,10 +263,12 @@ if (!window.__mathjaxDone) { window.__mathjaxDone = "waiting";
 return window.__mathjaxDone === "waiting" ? false : window.__mathjaxDone;
 """
 
-# The document is the one asked for (not the page before it: that one carries the mark
-# :func:`open_page` left on it) and it has loaded.
+# A new document (not the page before it: that one carries the mark :func:`open_page` left
+# on it) has loaded, and it is not a redirect (the site's index.html sends the reader on with
+# a meta refresh: the page it sends to is the one to read).
 LOADED = """
-return !window.__posencLeft && location.href.split('#')[0] === arguments[0] && document.readyState === 'complete';
+return !window.__posencLeft && document.readyState === 'complete'
+  && !document.querySelector('meta[http-equiv="refresh" i]');
 """
 FIGURES_DRAWN = """
 return Array.from(document.querySelectorAll('.posenc-interactive-plot'))
@@ -279,7 +281,8 @@ document.fonts.ready.then(() => done(true), () => done(true));
 
 
 def wait_until_loaded(driver, url: str, timeout: float = 60, document_only: bool = False) -> None:
-    """Wait until ``url``'s document is current and complete, MathJax has typeset it, its
+    """Wait until a new document (``url``'s, or the page it redirects to) is current and
+    complete, MathJax has typeset it, its
     images (lazy ones too) and fonts have loaded and its plotly figures are drawn (with
     ``document_only``, only the first: for a test that reads the HTML alone).
 
@@ -290,10 +293,9 @@ def wait_until_loaded(driver, url: str, timeout: float = 60, document_only: bool
     from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.support.wait import WebDriverWait
 
-    target = url.split("#")[0]
     # a script may meet the old document as it goes (an error): ask again
     WebDriverWait(driver, timeout, poll_frequency=0.1, ignored_exceptions=(WebDriverException,)).until(
-        lambda d: d.execute_script(LOADED, target), f"{url}: the page did not finish loading")
+        lambda d: d.execute_script(LOADED), f"{url}: the page did not finish loading")
     if document_only:
         return
     state = WebDriverWait(driver, timeout, poll_frequency=0.1).until(
