@@ -282,9 +282,9 @@ document.fonts.ready.then(() => done(true), () => done(true));
 
 def wait_until_loaded(driver, url: str, timeout: float = 60, document_only: bool = False) -> None:
     """Wait until a new document (``url``'s, or the page it redirects to) is current and
-    complete, MathJax has typeset it, its
-    images (lazy ones too) and fonts have loaded and its plotly figures are drawn (with
-    ``document_only``, only the first: for a test that reads the HTML alone).
+    complete, MathJax has typeset it, its images (lazy ones too) and fonts have loaded and
+    its plotly figures are drawn (with ``document_only``, only the first: for a test that
+    reads the HTML alone).
 
     Raises:
         selenium's TimeoutException, naming the page and what it waited for; AssertionError
@@ -307,6 +307,14 @@ def wait_until_loaded(driver, url: str, timeout: float = 60, document_only: bool
         lambda d: d.execute_script(FIGURES_DRAWN), f"{url}: the plotly figures were not drawn")
 
 
+def _document(url: str) -> tuple:
+    """A URL without its fragment, its path normalised ("book/../slides" is "slides")."""
+    import posixpath
+
+    parsed = urlparse(url)
+    return parsed.scheme, parsed.netloc, posixpath.normpath(parsed.path or "/"), parsed.query
+
+
 def open_page(driver, url: str, timeout: float = 60, document_only: bool = False) -> None:
     """Open ``url`` and return once it has loaded (:func:`wait_until_loaded`). The page
     before it is marked first, so that a read can never reach it: WebDriver's ``get`` may
@@ -316,7 +324,7 @@ def open_page(driver, url: str, timeout: float = 60, document_only: bool = False
     except Exception:  # no page yet (a new browser): nothing to mark
         current = ""
     # a fragment of the page already open is the same document (no new one comes)
-    if current.startswith("http") and not (current.split("#")[0] == url.split("#")[0] and "#" in url):
+    if current.startswith("http") and not (_document(current) == _document(url) and "#" in url):
         driver.execute_script("window.__posencLeft = true;")
     driver.get(url)
     wait_until_loaded(driver, url, timeout, document_only)
