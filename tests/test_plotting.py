@@ -218,3 +218,29 @@ def test_a_figure_is_drawn_again_for_a_phone_with_its_text_legible_there():
     bundle = {"text/html": out, "image/png": wide, "text/plain": "<Figure>"}
     assert "text/html" not in static_figure({"output_type": "display_data", "data": bundle})["data"]
     plt.close(fig)
+
+
+def test_a_figures_legend_beside_the_panels_goes_under_them_on_a_phone():
+    """A figure-level legend at the right (``outside right upper``, as the decoding chapter
+    places one) would squeeze the panel of a 4-inch drawing to nothing: the phone's drawing
+    puts it under the panel, as wide as the drawing, with the figure grown to keep the
+    panel's height; the figure is left as it was."""
+    import io
+
+    from PIL import Image
+
+    from posenc.book import plotting
+
+    plotting.use_style()
+    fig, ax = plotting.figure(height=3.6)
+    for k in range(9):
+        ax.plot([1, 2, 4], [k, k + 1, k + 2], marker="o", label=f"scheme number {k}")
+    ax.set(xlabel="prompt length T", ylabel="speed-up", title="what the cache saves")
+    legend = fig.legend(loc="outside right upper")
+    png = plotting.narrow_png(fig)
+    assert fig.legends == [legend] and tuple(fig.get_size_inches()) == (plotting.FIGURE_WIDTH, 3.6)
+    meta = plotting.png_text_metadata(png)
+    assert meta["natural_px"] <= (plotting.NARROW_WIDTH + 0.25) * meta["dpi"]
+    with Image.open(io.BytesIO(png)) as image:  # the legend's nine rows went under the panel
+        assert image.size[1] > 3.6 * meta["dpi"]
+    plt.close(fig)

@@ -260,28 +260,111 @@ def narrow_png(fig, dpi: float | None = None) -> bytes:
     Returns:
         The PNG file's bytes.
     """
+    import warnings
+
     width, height = fig.get_size_inches()
     target = min(width, NARROW_WIDTH)
     undo: list = []
     moved: dict = {}
     try:
-        size = target
-        fig.set_size_inches(size, height)
-        undo += _break_wide_text(fig)
-        for _ in range(4):
+        with warnings.catch_warnings():
+            # a layout squeezed on the way (before a legend moves) is laid out again
+            warnings.filterwarnings("ignore", message="constrained_layout not applied")
+            size = target
             fig.set_size_inches(size, height)
-            undo += _turn_clashing_ticks(fig)
-            undo += _legends_under_panels(fig, moved)
-            renderer = fig.canvas.get_renderer()
-            drawn = fig.get_tightbbox(renderer, bbox_extra_artists=list(moved)).width
-            if drawn <= target + 0.05 or size <= 0.75 * target:
-                break
-            size = max(0.75 * target, size - (drawn - target))
-        return figure_png(fig, dpi, extra_artists=list(moved))
+            undone, taller = _legends_for_a_phone(fig, target, moved)
+            undo += undone
+            undo += _break_wide_text(fig)
+            for _ in range(4):
+                fig.set_size_inches(size, height + taller)
+                undo += _turn_clashing_ticks(fig)
+                undo += _legends_under_panels(fig, moved)
+                renderer = fig.canvas.get_renderer()
+                extra = list(moved)
+                drawn = fig.get_tightbbox(renderer, bbox_extra_artists=extra).width
+                if drawn <= target + 0.05 or size <= 0.75 * target:
+                    break
+                size = max(0.75 * target, size - (drawn - target))
+            return figure_png(fig, dpi, extra_artists=list(moved))
     finally:
         for restore in reversed(undo):
             restore()
         fig.set_size_inches(width, height)
+
+
+def _legend_parts(legend) -> tuple[list, list, dict]:
+    """What a legend shows: its handles, labels and title, to draw it again."""
+    labels = [t.get_text() for t in legend.texts]
+    title = legend.get_title().get_text()
+    return list(legend.legend_handles), labels, {"title": title or None}
+
+
+def _fitting_columns(make, ncols: int, room: float, renderer, dpi: float):
+    """The legend ``make(n)`` with the most columns, at most ``ncols``, that is at most
+    ``room`` inches wide (one column if none is); each one tried is removed again."""
+    for n in range(max(ncols, 1), 0, -1):
+        legend = make(n)
+        if n == 1 or legend.get_window_extent(renderer).width / dpi <= room:
+            return legend
+        legend.remove()
+
+
+def _legends_for_a_phone(fig, target: float, moved: dict) -> list:
+    """Draw again, for the phone, every legend of the figure that would not fit: a
+    figure's legend goes under the panels (``outside lower center``), a panel's legend
+    that sticks out of its panel or is wider than the drawing goes under its panel
+    (placed by :func:`_legends_under_panels`, which ``moved`` tells), each with as many
+    columns as fit :data:`NARROW_WIDTH`. Return the undo callables, and the inches the
+    figure must grow by to keep its panels' height under the figure's legends."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    undo, taller = [], 0.0
+    for old in list(fig.legends):
+        if not old.get_visible():
+            continue
+        handles, labels, kwargs = _legend_parts(old)
+        at = fig.legends.index(old)
+        fig.legends.remove(old)
+
+        def make(n, handles=handles, labels=labels, kwargs=kwargs):
+            return fig.legend(
+                handles, labels, loc="outside lower center", ncols=n, **kwargs
+            )
+
+        new = _fitting_columns(make, old._ncols, target, renderer, fig.dpi)
+        # the panels lose the new legend's height, less what a legend under them took
+        was, now = old.get_window_extent(renderer), new.get_window_extent(renderer)
+        bottom = min(a.get_window_extent(renderer).y0 for a in _visible_axes(fig))
+        grown = now.height - (was.height if was.y1 <= bottom else 0.0)
+        taller += max(grown, 0.0) / fig.dpi
+
+        def restore(old=old, new=new, at=at):
+            fig.legends.remove(new)
+            fig.legends.insert(at, old)
+
+        undo.append(restore)
+        fig.canvas.draw()
+    for ax in _visible_axes(fig):
+        old = ax.get_legend()
+        if old is None or not old.get_visible():
+            continue
+        box, panel = old.get_window_extent(renderer), ax.get_window_extent(renderer)
+        if box.x1 <= panel.x1 + 2 and box.width / fig.dpi <= target:
+            continue
+        handles, labels, kwargs = _legend_parts(old)
+
+        def make(n, ax=ax, handles=handles, labels=labels, kwargs=kwargs):
+            return ax.legend(handles, labels, loc="upper center", ncols=n, **kwargs)
+
+        new = _fitting_columns(make, old._ncols, target, renderer, fig.dpi)
+        new.set_in_layout(False)
+        moved[new] = ax
+
+        def restore(ax=ax, old=old):
+            ax.legend_ = old
+
+        undo.append(restore)
+    return undo, taller
 
 
 def _visible_axes(fig) -> list:
