@@ -316,7 +316,7 @@ def _legends_for_a_phone(fig, target: float, moved: dict) -> list:
     (placed by :func:`_legends_under_panels`, which ``moved`` tells), each with as many
     columns as fit :data:`NARROW_WIDTH`. Return the undo callables, and the inches the
     figure must grow by to keep its panels' height under the figure's legends."""
-    fig.canvas.draw()
+    fig.draw_without_rendering()
     renderer = fig.canvas.get_renderer()
     undo, taller = [], 0.0
     for old in list(fig.legends):
@@ -343,7 +343,7 @@ def _legends_for_a_phone(fig, target: float, moved: dict) -> list:
             fig.legends.insert(at, old)
 
         undo.append(restore)
-        fig.canvas.draw()
+        fig.draw_without_rendering()
     for ax in _visible_axes(fig):
         old = ax.get_legend()
         if old is None or not old.get_visible():
@@ -379,7 +379,7 @@ def _legends_under_panels(fig, moved: dict) -> list:
     Return the undo callables of the legends moved now."""
     import matplotlib.transforms as mtransforms
 
-    fig.canvas.draw()
+    fig.draw_without_rendering()
     renderer = fig.canvas.get_renderer()
     undo = []
     for ax in _visible_axes(fig):
@@ -417,7 +417,7 @@ def _legends_under_panels(fig, moved: dict) -> list:
 def _break_wide_text(fig) -> list:
     """Break a panel's title or x-axis label that is wider than its panel into two lines
     at the space nearest its middle; return the undo callables."""
-    fig.canvas.draw()
+    fig.draw_without_rendering()
     renderer = fig.canvas.get_renderer()
     undo = []
     for ax in _visible_axes(fig):
@@ -438,7 +438,7 @@ def _break_wide_text(fig) -> list:
 def _turn_clashing_ticks(fig) -> list:
     """Turn the x tick labels of every panel whose labels overlap by 35°; return the
     undo callables."""
-    fig.canvas.draw()
+    fig.draw_without_rendering()
     renderer = fig.canvas.get_renderer()
     undo = []
     gap = 2 * fig.dpi / 72  # two points
