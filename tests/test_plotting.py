@@ -229,7 +229,7 @@ def test_a_figures_legend_beside_the_panels_goes_under_them_on_a_phone():
 
     from PIL import Image
 
-    from posenc.book import plotting
+    from posenc.book import phone, plotting
 
     plotting.use_style()
     fig, ax = plotting.figure(height=3.6)
@@ -237,7 +237,7 @@ def test_a_figures_legend_beside_the_panels_goes_under_them_on_a_phone():
         ax.plot([1, 2, 4], [k, k + 1, k + 2], marker="o", label=f"scheme number {k}")
     ax.set(xlabel="prompt length T", ylabel="speed-up", title="what the cache saves")
     legend = fig.legend(loc="outside right upper")
-    png = plotting.narrow_png(fig)
+    png = phone.narrow_png(fig)
     assert fig.legends == [legend] and tuple(fig.get_size_inches()) == (plotting.FIGURE_WIDTH, 3.6)
     meta = plotting.png_text_metadata(png)
     assert meta["natural_px"] <= (plotting.NARROW_WIDTH + 0.25) * meta["dpi"]
