@@ -237,8 +237,5 @@ def test_a_figure_too_tall_for_a_phone_is_refused():
 
 
 def test_the_page_picks_the_layout_by_the_narrow_media_query():
-    from posenc.book.plotting import NARROW_MEDIA
-
-    assert interactive.NARROW_MEDIA == NARROW_MEDIA
     html = explorers.rope_rotation().html("site", png=b"")
     assert "window.matchMedia(spec.media)" in html and '"narrow":' in html

@@ -39,6 +39,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+# The screens that get the narrow layout: those that get the narrow figures.
+from .plotting import NARROW_MEDIA
+
 #: The environment variable that says where plotly.js comes from (module docstring).
 MODE_ENV = "POSENC_FIGURES"
 #: plotly.js's version, the npm package ``plotly.js-cartesian-dist-min`` (scatter,
@@ -67,9 +70,6 @@ LEGEND_ROW_PX = 22
 #: prose around it on a 414 × 896 screen), and the least its plot may be.
 PHONE_MAX_PX = 700
 MIN_PLOT_PX = 180
-#: The screens that get the narrow layout: the media query of the book's narrow figures
-#: (:data:`posenc.book.plotting.NARROW_MEDIA`).
-NARROW_MEDIA = "(max-width: 640px)"
 #: The legend's columns, on a wide screen and on a narrow one
 #: (``LEGEND_COLUMNS[narrow]``): each entry gets that fraction of the plot's width, so
 #: the rows are known in advance.
