@@ -37,9 +37,7 @@ DISTANCE_IJ = re.compile(r"(?<![\w\\])([ij])\s*(?:-|−)\s*(?!\1)([ij])(?![\w(])
 YARN_FACTOR_AS_POSITION = re.compile(r"(?<![\w\\])[mn]\s*=\s*0\.1\s*\\ln")
 #: Clashes that remain in chapters this change did not edit, each with its reason; the test
 #: fails when one is fixed, so that the entry is removed with it.
-KNOWN = {
-    ("relative.ipynb", "distance"): 2,  # DeBERTa's δ(i, j) quoted in the paper's letters
-}
+KNOWN: dict[tuple[str, str], int] = {}
 
 
 def notation_table() -> dict[str, dict[str, str]]:
@@ -91,7 +89,7 @@ def clashes(text: str, table: dict[str, dict[str, str]]) -> list[tuple[str, str]
 def test_the_table_has_the_books_symbols():
     table = notation_table()
     for symbol in ("m", "n", "n - m", "m - n", "T", "L", "d", "H", "d_h", "r", "b", r"\theta_i", "s", "C", "W",
-                   "w", "G"):
+                   "w", "G", "S"):
         assert symbol in table, f"design.md's notation table has no row for ${symbol}$"
     assert table["s"]["code"] == "`factor`" and table["d_h"]["code"] == "`head_dim`"
     meanings = [row["meaning"] for row in table.values()]
