@@ -52,6 +52,8 @@ def rotate_interleaved(x: torch.Tensor) -> torch.Tensor:
 
 
 def _check_positions(positions: object, seq_len: int) -> torch.Tensor:
+    """A real, finite tensor of positions whose last dimension is T = ``seq_len``
+    (the shape rule against a tensor x is :func:`positions_for`)."""
     if (
         not isinstance(positions, torch.Tensor)
         or positions.is_complex()
@@ -72,6 +74,83 @@ def _check_positions(positions: object, seq_len: int) -> torch.Tensor:
     return positions
 
 
+def allowed_position_shapes(x_shape: tuple[int, ...]) -> str:
+    """The position shapes :func:`positions_for` accepts for x of ``x_shape``, in
+    words, for error messages."""
+    *lead, seq_len, _ = x_shape
+    names = ["B", "H", *(f"D{i}" for i in range(2, len(lead)))][: len(lead)]
+    shapes = ["(T,)"]
+    if lead:
+        shapes.append("(B, T)")
+    if len(lead) >= 2:
+        shapes.append("(" + ", ".join(f"{n} or 1" for n in names) + ", T)")
+    sizes = ", ".join(f"{n}={size}" for n, size in zip(names, lead, strict=True))
+    rule = " or ".join(shapes)
+    text = f"{rule} with T={seq_len}" + (f", {sizes}" if sizes else "")
+    if lead:
+        same = "; (B, 1, T) is the same" if len(lead) >= 2 else ""
+        text += f" ((B, T) is one row per sequence, as transformers' position_ids{same})"
+    return text
+
+
+def positions_for(
+    x: torch.Tensor, positions: object, name: str = "positions"
+) -> torch.Tensor:
+    """``positions`` checked against x (..., T, d) and shaped to broadcast against
+    x's leading dimensions, each sequence of the batch reading its own row.
+
+    * (T,): every sequence and head alike; returned as is.
+    * (B, T) with B = x.shape[0] (or 1): one row per sequence, as transformers'
+      ``position_ids``; for x (B, H, T, d_h) returned as the view (B, 1, T), never
+      broadcast against the heads (a (B, T) row matched against H heads would turn
+      head h by sequence h's positions).
+    * (B or 1, H or 1, …, T), as many dimensions as x has before its last: broadcast
+      as is, e.g. the attention's (B′, 1, T).
+
+    Args:
+        x: (..., T, d) the tensor to rotate. positions: as above, integer or float.
+        name: the argument's name in messages.
+
+    Returns:
+        The positions, a view of the input (no copy).
+
+    Raises:
+        TypeError: positions not a real tensor.
+        ValueError: any other shape (the message names the shape received and the
+            shapes allowed); non-finite positions.
+
+    Source: the shape of ``position_ids`` in transformers 5.23
+    (``LlamaRotaryEmbedding.forward``: cos and sin (B, T, d) unsqueezed at dim 1
+    against (B, H, T, d_h) in ``apply_rotary_pos_emb``).
+    """
+    if (
+        not isinstance(positions, torch.Tensor)
+        or positions.is_complex()
+        or positions.dtype == torch.bool
+    ):
+        raise TypeError(
+            f"{name} must be a real tensor, got "
+            f"{getattr(positions, 'dtype', type(positions))}"
+        )
+    lead, seq_len = tuple(x.shape[:-2]), x.shape[-2]
+    shape = tuple(positions.shape)
+    ok = bool(shape) and shape[-1] == seq_len
+    if ok and len(shape) == 2 and lead and shape[0] in (1, lead[0]):
+        positions = positions.reshape(shape[0], *([1] * (len(lead) - 1)), seq_len)
+    elif ok and len(shape) > 1:
+        ok = len(shape) == len(lead) + 1 and all(
+            p in (1, n) for p, n in zip(shape[:-1], lead, strict=True)
+        )
+    if not ok:
+        raise ValueError(
+            f"{name} must have shape {allowed_position_shapes(tuple(x.shape))} for x "
+            f"of shape {tuple(x.shape)}; got {shape}"
+        )
+    if positions.is_floating_point() and not torch.isfinite(positions).all():
+        raise ValueError(f"{name} must be finite, got a tensor with inf or nan")
+    return positions
+
+
 def rope_cos_sin(
     positions: torch.Tensor,
     inv_freq: torch.Tensor,
@@ -85,8 +164,16 @@ def rope_cos_sin(
     Angles ``m·θ_i`` are formed in float32 whatever the positions' dtype (an angle of
     10⁵ radians needs float32's 24-bit mantissa; bfloat16 keeps 8 bits).
 
+    The tables take the positions' shape: transformers' ``position_ids`` (B, T) give
+    (B, T, r), which multiply q (B, H, T, d_h) only after ``cos[:, None]`` (one row
+    per sequence, as transformers' ``apply_rotary_pos_emb(..., unsqueeze_dim=1)``);
+    multiplied as they are, (B, T, r) would broadcast against (H, T, r) and turn head
+    h by sequence h's positions. :func:`apply_rope` does this itself
+    (:func:`positions_for`).
+
     Args:
-        positions: (..., T) integer or float positions.
+        positions: (..., T) integer or float positions, e.g. (T,), (B, T) or
+            (B, 1, T).
         inv_freq: (r/2,) frequencies θ_i in radians per position.
         layout: ``"half"`` (each angle repeated as [θ_0 … θ_{r/2−1}, θ_0 … θ_{r/2−1}])
             or ``"interleaved"`` ([θ_0, θ_0, θ_1, θ_1, …]).
@@ -94,6 +181,12 @@ def rope_cos_sin(
 
     Returns:
         ``(cos, sin)``, float32, each (..., T, r).
+
+    Raises:
+        ValueError: unknown layout.
+
+    Source: Su et al. 2021, RoFormer, §3.4.2, Eq. 34; transformers 5.23
+    ``LlamaRotaryEmbedding.forward`` (float32 angles).
     """
     layout = check_choice("layout", layout, ROPE_LAYOUTS)
     angles = positions.to(torch.float32)[..., None] * inv_freq.to(
@@ -126,9 +219,12 @@ def apply_rope(
 
     Args:
         x: (..., T, head_dim) float, e.g. (B, H, T, d_h).
-        positions: (T,) integer or float positions, or any shape (..., T) that
-            broadcasts against x's leading dimensions, e.g. (B, 1, T) for per-sequence
-            offsets.
+        positions: integer or float positions (:func:`positions_for`): (T,) for
+            every sequence alike; (B, T), B = x.shape[0], one row per sequence (the
+            shape of transformers' ``position_ids``; for x (B, H, T, d_h) each row
+            turns its own sequence's heads, never broadcast over the heads); or a
+            shape with x's number of leading dimensions that broadcasts against them,
+            e.g. (B, 1, T).
         inv_freq: (rotary_dim/2,) frequencies in radians per position; default
             ``base^(−2i/head_dim)`` (full rotary), e.g. from
             :func:`posenc.scaling.rope_inv_freq`.
@@ -144,11 +240,14 @@ def apply_rope(
     Raises:
         TypeError: if x is not a floating tensor or positions not a real tensor.
         ValueError: odd head_dim; inv_freq not 1-D or rotary_dim > head_dim; positions
-            whose last dimension is not T; non-finite positions; unknown layout; base
-            not finite and > 0.
+            of another shape (the message names it and the shapes allowed), e.g. (B, T)
+            with B ≠ x.shape[0]; non-finite positions; unknown layout; base not finite
+            and > 0.
 
     Source: Su et al. 2021, RoFormer, §3.2 (Eq. 12–16) and §3.4.2 (Eq. 34); half layout
-    from GPT-NeoX / Hugging Face ``rotate_half``.
+    from GPT-NeoX / Hugging Face ``rotate_half``; (B, T) positions as transformers
+    5.23's ``position_ids`` (``models/llama/modeling_llama.py``,
+    ``apply_rotary_pos_emb`` with ``unsqueeze_dim=1``).
     """
     positions, inv_freq, layout = check_rope_input(
         x, positions, inv_freq, base, layout, "x"
@@ -168,7 +267,8 @@ def check_rope_input(
     x: object, positions: object, inv_freq, base: float, layout: str, name: str
 ) -> tuple[torch.Tensor, torch.Tensor, str]:
     """The public checks of :func:`apply_rope` and :func:`apply_rope_qk`: returns the
-    checked positions, the inv_freq to use and the layout."""
+    checked positions shaped against x (:func:`positions_for`: (B, T) becomes
+    (B, 1, T) for 4-D x), the inv_freq to use and the layout."""
     if not isinstance(x, torch.Tensor) or not x.is_floating_point():
         raise TypeError(
             f"{name} must be a floating tensor, got {getattr(x, 'dtype', type(x))}"
@@ -179,7 +279,7 @@ def check_rope_input(
         )
     head_dim = check_even_dim("head_dim", x.shape[-1])
     layout = check_choice("layout", layout, ROPE_LAYOUTS)
-    positions = _check_positions(positions, x.shape[-2])
+    positions = positions_for(x, positions)
     if inv_freq is None:
         inv_freq = compute_inv_freq(head_dim, check_base(base), device=x.device)
     if not isinstance(inv_freq, torch.Tensor):

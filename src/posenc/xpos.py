@@ -37,7 +37,13 @@ from numbers import Real
 import torch
 
 from ._checks import check_base, check_choice, check_even_dim
-from .rope import ROPE_LAYOUTS, _check_positions, rotate_half, rotate_interleaved
+from .rope import (
+    ROPE_LAYOUTS,
+    _check_positions,
+    positions_for,
+    rotate_half,
+    rotate_interleaved,
+)
 from .schemes import PositionalScheme, register_scheme
 from .frequencies import DEFAULT_BASE, compute_inv_freq
 
@@ -205,6 +211,18 @@ def _inv_freq(x, inv_freq, base):
     return inv_freq.to(device=x.device, dtype=torch.float32)
 
 
+def _center_for(center, given: torch.Tensor, positions: torch.Tensor):
+    """A tensor centre as float32 on the positions' device; a (B, 1) centre of (B, T)
+    positions follows them to (B, 1, 1) when :func:`positions_for` gave them a head
+    axis (as given, it would broadcast over the heads)."""
+    if not isinstance(center, torch.Tensor):
+        return center
+    center = center.to(device=positions.device, dtype=torch.float32)
+    if center.dim() == 2 and given.dim() == 2 and positions.dim() > 2:
+        center = center.reshape(center.shape[0], *positions.shape[1:-1], -1)
+    return center
+
+
 def rotate_xpos(
     x: torch.Tensor,
     positions: torch.Tensor,
@@ -228,10 +246,14 @@ def rotate_xpos(
 
     Args:
         x: (..., T, head_dim) float, e.g. (B, H, T, d_h).
-        positions: (T,) or (..., T) broadcastable against x's leading dimensions.
+        positions: (T,); (B, T), one row per sequence, as transformers'
+            ``position_ids`` (never broadcast over the heads); or a shape with x's
+            number of leading dimensions that broadcasts against them, e.g. (B, 1,
+            T) (:func:`posenc.rope.positions_for`).
         key: False for queries (decaying factor), True for keys (its reciprocal:
             torchscale's ``downscale=True``).
-        center: c, a number or a tensor broadcastable to positions (e.g. (B, 1, 1)).
+        center: c, a number or a tensor broadcastable to positions (e.g. (B, 1, 1),
+            or (B, 1) with (B, T) positions).
         inv_freq: (r/2,) frequencies; default ``base^(−2i/head_dim)``.
         base: frequency base b when inv_freq is None, default ``DEFAULT_BASE``
             (10000).
@@ -246,9 +268,10 @@ def rotate_xpos(
     Raises:
         TypeError: x not a floating tensor; positions not a real tensor; key not a
             bool; scale_base, gamma or base not real numbers.
-        ValueError: x not (..., T, even head_dim); positions whose last dimension is
-            not T, or non-finite; inv_freq not 1-D or wider than head_dim; unknown
-            layout; scale_base not > 0; gamma or base not finite and > 0.
+        ValueError: x not (..., T, even head_dim); positions of another shape (the
+            message names it and the shapes allowed), or non-finite; inv_freq not 1-D
+            or wider than head_dim; unknown layout; scale_base not > 0; gamma or base
+            not finite and > 0.
 
     Source: Sun et al. 2022, arXiv:2212.10554, §3.2–3.3; torchscale 0.3.0
     ``XPOS.forward``.
@@ -257,11 +280,11 @@ def rotate_xpos(
     if not isinstance(key, bool):
         raise TypeError(f"key must be a bool, got {key!r}")
     layout = check_choice("layout", layout, ROPE_LAYOUTS)
-    positions = _check_positions(positions, x.shape[-2])
+    given = positions
+    positions = positions_for(x, positions)  # (B, T) → (B, 1, T) for 4-D x
     inv_freq = _inv_freq(x, inv_freq, base)
     zeta = xpos_zeta(2 * inv_freq.numel(), gamma=gamma, device=x.device)
-    if isinstance(center, torch.Tensor):
-        center = center.to(device=positions.device, dtype=torch.float32)
+    center = _center_for(center, given, positions)
     scale = xpos_scale(positions, zeta, scale_base=scale_base, center=center)
     if key:
         scale = 1.0 / scale
@@ -308,9 +331,11 @@ def apply_xpos(
     Args:
         q: (B, H, T_q, d_h) float (any (..., T_q, d_h)).
         k: (B, H, T_k, d_h) float, the same d_h.
-        q_positions: (T_q,), or (B, 1, T_q) per sequence (any (..., T_q) that
-            broadcasts against q's leading dimensions).
-        k_positions: (T_k,) or (B, 1, T_k), likewise.
+        q_positions: (T_q,); (B, T_q), one row per sequence as transformers'
+            ``position_ids`` (never broadcast over the heads); or (B, 1, T_q) (any
+            shape with q's number of leading dimensions that broadcasts against them,
+            :func:`posenc.rope.positions_for`).
+        k_positions: (T_k,), (B, T_k) or (B, 1, T_k), likewise against k.
         center: c; None (default) takes :func:`xpos_center` of k_positions per
             sequence, ⌈T/2⌉ for T keys 0 … T − 1: torchscale 0.3.0's centre, also when
             decoding with a cache (its ``offset``). ``T // 2`` reproduces
@@ -323,7 +348,8 @@ def apply_xpos(
 
     Raises:
         TypeError: q or k not floating tensors; positions not real tensors.
-        ValueError: q and k with different head_dim; as :func:`rotate_xpos`.
+        ValueError: q and k with different head_dim; positions of another shape (the
+            message names it and the shapes allowed); as :func:`rotate_xpos`.
 
     Source: Sun et al. 2022, "A Length-Extrapolatable Transformer", arXiv:2212.10554,
     §3.2 (ζ, Eq. of f_q and f_k) and §3.3; torchscale 0.3.0
@@ -334,7 +360,10 @@ def apply_xpos(
         raise ValueError(
             f"q and k must have the same head_dim, got {q.shape[-1]} and {k.shape[-1]}"
         )
-    k_positions = _check_positions(k_positions, k.shape[-2])
+    given = k_positions
+    k_positions = positions_for(k, k_positions, "k_positions")
+    q_positions = positions_for(q, q_positions, "q_positions")
+    center = _center_for(center, given, k_positions)
     if center is None:
         if k.shape[-2] == 0:
             center = 0.0
