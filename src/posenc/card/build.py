@@ -1,0 +1,152 @@
+""":func:`position_card`: read a model's configuration (:mod:`posenc.card.read`,
+:mod:`posenc.card.parse`), compute each layer group's frequencies
+(:mod:`posenc.card.card`) and lint it (:mod:`posenc.card.lints`)."""
+
+from __future__ import annotations
+
+from .card import (
+    SINK_MODEL_TYPES,
+    LayerGroup,
+    PositionCard,
+    group_name,
+    group_window,
+    head_dim_for,
+    llama4_temperature_note,
+    pair_rows,
+    rule_parameters,
+    scaled_frequencies,
+    score_multiplier,
+)
+from .lints import lint_config
+from .parse import layer_kinds, rope_parameters_by_type
+from .read import read_config
+
+
+def position_card(config: object) -> PositionCard:
+    """What a model's config does to positions: a :class:`PositionCard`.
+
+    Args:
+        config: a ``config.json`` path (str or Path; a folder holding one), a
+            ``.gguf`` path (needs the ``gguf`` package), a config dict (transformers
+            v4 ``rope_scaling`` + ``rope_theta``, or v5 ``rope_parameters``, flat or
+            keyed by layer type; a multimodal config's ``text_config`` is followed),
+            GGUF metadata (a dict with ``general.architecture`` and
+            ``{arch}.context_length``, ``{arch}.rope.freq_base``, ...), or a
+            transformers config object (read through its ``to_dict()``; transformers
+            is not imported otherwise).
+
+    Returns:
+        A frozen :class:`PositionCard`: per layer group (full, sliding, chunked,
+        linear, and the NoPE ones) the 0-based layer indices, rope_type, head_dim
+        d_h, rotary_dim r, base b, the per-pair table (θ_i and θ′_i in radians per
+        position, wavelength 2π/θ′_i in tokens, turns L·θ′_i/2π within the trained
+        context L, θ′/θ, region), the attention factor (on cos and sin) and the
+        multiplier every score gets (its square, times MLA's softmax factor), the
+        window or chunk; the trained context L (``original_max_position_embeddings``,
+        else ``max_position_embeddings``) and the extended one; attention sinks; and
+        ``warnings`` (:class:`Lint`: id, severity, message, book chapter). Render
+        with ``to_markdown()``, ``to_html()``, ``to_json()``, ``to_text()``.
+
+    Raises:
+        TypeError, FileNotFoundError, ImportError: see
+            :func:`posenc.card.read.read_config`.
+        ValueError: no head width in the config; a ``rope_type`` posenc does not
+            implement, or parameters its rule rejects (the message of
+            :func:`posenc.rope_config.rope_inv_freq_from_config`).
+
+    Source: transformers 5.23.0 — ``modeling_rope_utils.py`` (the frequencies, the
+    parameters' standardization and validation), the config classes' layer-type
+    rules, ``yarn_apply_mscale`` in ``models/deepseek_v3/modeling_deepseek_v3.py``;
+    llama.cpp ``gguf-py/gguf/constants.py`` for GGUF keys.
+    """
+    data, source = read_config(config)
+    by_type, nested = rope_parameters_by_type(data)
+    types, rope = layer_kinds(data)
+    groups = []
+    for layer_type, uses_rope in _group_keys(types, rope):
+        layers = tuple(
+            i for i, (t, r) in enumerate(zip(types, rope)) if (t, r) == (layer_type, uses_rope)
+        )
+        params = by_type.get("*") if not nested else by_type.get(layer_type)
+        groups.append(_group(data, layer_type, uses_rope and params is not None, layers, params))
+    lengths = _contexts(data, groups)
+    card = PositionCard(
+        model_type=data.get("model_type"),
+        source=source,
+        num_hidden_layers=len(types),
+        original_max_position_embeddings=lengths[0],
+        max_position_embeddings=data.get("max_position_embeddings"),
+        groups=tuple(groups),
+        sinks=SINK_MODEL_TYPES.get(data.get("model_type") or ""),
+    )
+    lints = lint_config(data, card, by_type, nested)
+    return PositionCard(**{**card.__dict__, "warnings": tuple(lints)})
+
+
+def _group_keys(types: list[str], rope: list[bool]) -> list[tuple[str, bool]]:
+    """Distinct (layer_type, rope) pairs, in the order of the first layer of each."""
+    seen: list[tuple[str, bool]] = []
+    for key in zip(types, rope):
+        if key not in seen:
+            seen.append(key)
+    return seen
+
+
+def _group(data, layer_type, uses_rope, layers, params) -> LayerGroup:
+    window, chunk = group_window(layer_type, data)
+    name = group_name(layer_type, uses_rope)
+    if not uses_rope:
+        note = ""
+        if data.get("model_type") in ("llama4_text", "llama4"):
+            note = llama4_temperature_note(data)
+        return LayerGroup(
+            name=name,
+            layer_type=layer_type,
+            rope=False,
+            layers=layers,
+            window=window,
+            chunk=chunk,
+            score_note=note,
+        )
+    head_dim = head_dim_for(data, layer_type)
+    used = rule_parameters(params)
+    plain, scaled, short, attention_factor, length = scaled_frequencies(
+        used, head_dim, data
+    )
+    factor = used.get("factor")
+    if used.get("rope_type") == "dynamic":
+        factor = None  # its ratio varies by pair: no pair is "interpolated"
+    multiplier, note = score_multiplier(params, attention_factor, data)
+    section = params.get("mrope_section")
+    return LayerGroup(
+        name=name,
+        layer_type=layer_type,
+        rope=True,
+        layers=layers,
+        rope_type=params.get("rope_type", "default"),
+        head_dim=head_dim,
+        rotary_dim=len(plain) * 2,
+        rope_theta=float(params["rope_theta"]),
+        rope_parameters=dict(params),
+        pairs=pair_rows(plain, scaled, short, length, factor),
+        attention_factor=float(attention_factor),
+        score_multiplier=float(multiplier),
+        score_note=note,
+        window=window,
+        chunk=chunk,
+        mrope_section=tuple(section) if section else None,
+    )
+
+
+def _contexts(data: dict, groups: list[LayerGroup]) -> tuple[int | None]:
+    """(L,): the trained context, the longest ``original_max_position_embeddings``
+    of a group's parameters, else the top level's, else max_position_embeddings."""
+    found = [
+        g.rope_parameters.get("original_max_position_embeddings")
+        for g in groups
+        if g.rope and g.rope_type != "dynamic"
+    ]
+    found = [value for value in found if value]
+    if found:
+        return (max(found),)
+    return (data.get("original_max_position_embeddings") or data.get("max_position_embeddings"),)
