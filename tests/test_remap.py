@@ -422,6 +422,43 @@ def test_bad_attention_input_raises():
         dual_chunk_attention(q, k[..., :4], v, chunk_size=4, pretraining_length=8)
     with pytest.raises(ValueError, match="distances"):
         relative_rope_scores(q, k, torch.zeros(3, 3))
+    with pytest.raises(ValueError, match=r"\(T_k,\) or \(B, T_k\).*got \(3, 29\)"):
+        self_extend_attention(q, k, v, torch.zeros(3, 29, dtype=torch.long), **kw)
+    with pytest.raises(ValueError, match="H = 3 heads and k, v have H_kv = 2.*multiple"):
+        rerope_attention(q, k[:, :2], v[:, :2], window=3)
+    with pytest.raises(ValueError, match="multiple of H_kv"):
+        relative_rope_scores(q, k[:, :2], torch.zeros(29, 29))
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_grouped_query_keys_are_repeated_as_transformers_repeat_kv(name):
+    """k, v with H_kv = H / 3 heads: the result of repeating them with transformers'
+    own repeat_kv first (query head h reads key head ⌊h / 3⌋)."""
+    from transformers.models.llama.modeling_llama import repeat_kv
+
+    fast, reference, _, kw = METHODS[name]
+    g = torch.Generator().manual_seed(6)
+    q = torch.randn(2, 6, 21, 8, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(2, 2, 21, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    expected = fast(q, repeat_kv(k, 3), repeat_kv(v, 3), **kw)
+    assert (fast(q, k, v, **kw) - expected).abs().max().item() < 1e-12
+    ref, weights = reference(q, k, v, **kw)
+    assert (ref - expected).abs().max().item() < 1e-10 and weights.shape[1] == 6
+    tiled = fast(q, k.repeat(1, 3, 1, 1), v.repeat(1, 3, 1, 1), **kw)  # the other order
+    assert (tiled - expected).abs().max().item() > 1e-3
+
+
+def test_relative_rope_scores_take_one_distance_matrix_per_sequence():
+    """(B, T_q, T_k) distances: row b's scores are those of its own matrix, for B = H
+    too (a (B, T_q, T_k) matched against the heads would mix the sequences)."""
+    g = torch.Generator().manual_seed(7)
+    q, k = (torch.randn(2, 2, 5, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    d = torch.randint(0, 9, (2, 5, 5), generator=g)
+    got = relative_rope_scores(q, k, d)
+    for b in range(2):
+        alone = relative_rope_scores(q[b : b + 1], k[b : b + 1], d[b])
+        assert (got[b : b + 1] - alone).abs().max().item() < 1e-12
+    assert (got[:1] - relative_rope_scores(q[:1], k[:1], d[1])).abs().max().item() > 1e-3
 
 
 # --------------------------------------------------------------------------------------

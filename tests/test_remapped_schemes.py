@@ -101,13 +101,30 @@ def test_bad_combinations_are_refused():
     x = torch.randn(1, 5, D_MODEL)
     with pytest.raises(ValueError, match="impl='reference' or 'sdpa' and no sink logits, got impl='flex'"):
         att(x, torch.arange(5), impl="flex")
-    with pytest.raises(ValueError, match="shared by the batch"):
-        att(torch.randn(2, 5, D_MODEL), torch.arange(10).view(2, 5))
     with pytest.raises(ValueError, match="inv_freq must be a tensor of shape"):
         build_scheme("rerope", namespace="attention", d_model=D_MODEL, num_heads=HEADS,
                      window=4, inv_freq=torch.ones(20))
     with pytest.raises(ValueError, match="window"):
         build_scheme("rerope", namespace="attention", d_model=D_MODEL, num_heads=HEADS, window=0)
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "reference"])
+@pytest.mark.parametrize("name", METHODS)
+def test_per_row_positions_in_the_one_attention_give_each_row_alone(name, impl):
+    """(B, T) positions with a different offset per row (as a left-padded batch's):
+    each row attends as it does alone; until issue 40 the layer refused them."""
+    att = _attention(name)
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(2, T, D_MODEL, dtype=torch.float64, generator=g)
+    positions = torch.stack([torch.arange(T), torch.arange(4, 4 + T)])
+    options = dict(impl=impl, need_weights=impl == "reference")
+    batched, _ = att(x, positions, **options)
+    for b in range(2):
+        alone, _ = att(x[b : b + 1], positions[b], **options)
+        assert (batched[b : b + 1] - alone).abs().max().item() < 1e-12
+    shifted, _ = att(x[1:], positions[0], **options)  # the offset matters: DCA's chunks
+    if name == "dual_chunk":
+        assert (shifted - batched[1:]).abs().max().item() > 1e-6
 
 
 def test_the_fast_path_in_small_blocks_equals_the_reference(monkeypatch):

@@ -29,10 +29,14 @@ intra/successive/inter chunk), each case with its own rotation of the query and 
   for about 2 hours. Elsewhere (decoding, a GPU, gaps in the positions, gradients)
   the blocked path runs.
 
-Shapes: q (B, H, T_q, d_h), k and v (B, H, T_k, d_h), the same H (no grouped-query
-sharing here; repeat the keys first), T_q ≤ T_k. ``positions`` are the keys' absolute
-positions (T_k,) int64 (default 0..T_k−1) and the queries sit at the last T_q of them,
-as in a decoding step with a KV cache. Queries and keys are passed *un-rotated*.
+Shapes: q (B, H, T_q, d_h), k and v (B, H_kv, T_k, d_h), T_q ≤ T_k. With fewer key
+heads than query heads (grouped-query attention) each key head serves H / H_kv query
+heads: k and v are repeated as transformers' ``repeat_kv`` repeats them (H a multiple
+of H_kv, else a ValueError). ``positions`` are the keys' absolute positions, int64:
+(T_k,) for every sequence alike (default 0..T_k−1), or (B, T_k), one row per sequence
+as transformers' ``position_ids`` (a padded batch: each row is computed as if it ran
+alone, with its own positions); the queries sit at the last T_q of them, as in a
+decoding step with a KV cache. Queries and keys are passed *un-rotated*.
 
 KV caches: a query's remapped positions depend on i only and a key's on j only, so
 every method decodes token by token; what it cannot use is the *ordinary* cache of
@@ -58,7 +62,9 @@ from ..remap import (
 from ..rope import apply_rope
 
 
-def _check_qkv(q, k, v, positions):
+def _check_tensors(q, k, v):
+    """q, k, v floating tensors (..., T, d_h) whose leading dimensions agree once
+    grouped-query keys are repeated (:func:`repeat_kv_heads`); returns (q, k, v)."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor) or not x.is_floating_point():
             raise TypeError(f"{name} must be a floating tensor, got {type(x).__name__}")
@@ -69,6 +75,48 @@ def _check_qkv(q, k, v, positions):
             "k must be (..., T_k, d_h) like v and q (..., T_q, d_h); got q "
             f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
         )
+    k, v = repeat_kv_heads(q, k, v)
+    if q.shape[:-2] != k.shape[:-2]:
+        raise ValueError(
+            "q and k must share their leading dimensions (B, H); got q "
+            f"{tuple(q.shape)}, k {tuple(k.shape)}"
+        )
+    return q, k, v
+
+
+def repeat_kv_heads(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys and values with H_kv < H heads (grouped-query attention) repeated to H,
+    each key head serving the H / H_kv query heads of its group, as transformers'
+    ``repeat_kv`` does (query head h reads key head ⌊h / (H / H_kv)⌋).
+
+    Args:
+        q: (B, H, T_q, d_h). k, v: (B, H_kv, T_k, d_h) (v may have its own width).
+
+    Returns:
+        ``(k, v)`` with H heads; unchanged when H_kv = H or the tensors are not 4-D.
+
+    Raises:
+        ValueError: H not a multiple of H_kv (the message gives both).
+
+    Source: transformers 5.23, ``models/llama/modeling_llama.py``, ``repeat_kv``
+    (Ainslie et al. 2023, "GQA", §2).
+    """
+    if q.dim() != 4 or k.dim() != 4 or q.shape[1] == k.shape[1]:
+        return k, v
+    heads, kv_heads = q.shape[1], k.shape[1]
+    if heads % kv_heads:
+        raise ValueError(
+            f"q has H = {heads} heads and k, v have H_kv = {kv_heads}: grouped-query "
+            "attention needs H to be a multiple of H_kv (each key head serves H / "
+            "H_kv query heads); repeat or reshape the keys to match"
+        )
+    groups = heads // kv_heads
+    return k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+
+
+def _check_qkv(q, k, v, positions):
     if q.shape[-2] > k.shape[-2]:
         raise ValueError(
             f"T_q = {q.shape[-2]} must be <= T_k = {k.shape[-2]} (queries are the last "
@@ -81,6 +129,32 @@ def _check_qkv(q, k, v, positions):
         )
     key = key.to(q.device)
     return key[-q.shape[-2] :], key
+
+
+def _per_sequence(run, q, k, v, positions):
+    """``run(q, k, v, positions)`` with 1-D (T_k,) positions: once for (T_k,) or a
+    (B, T_k) whose rows are equal; otherwise once per sequence, row b of the batch
+    with its own row of positions, the outputs (and weights) concatenated on the
+    batch axis. Repeats grouped-query keys first (:func:`repeat_kv_heads`)."""
+    q, k, v = _check_tensors(q, k, v)
+    if not isinstance(positions, torch.Tensor) or positions.dim() == 1:
+        return run(q, k, v, positions)
+    batch = q.shape[0] if q.dim() >= 3 else None
+    if positions.dim() != 2 or batch is None or positions.shape[0] not in (1, batch):
+        raise ValueError(
+            f"positions must have shape (T_k,) or (B, T_k) (one row per sequence, as "
+            f"transformers' position_ids) with B = q.shape[0] = {batch} and "
+            f"T_k = {k.shape[-2]}; got {tuple(positions.shape)}"
+        )
+    if bool((positions == positions[:1]).all()):
+        return run(q, k, v, positions[0])
+    rows = [
+        run(q[b : b + 1], k[b : b + 1], v[b : b + 1], positions[b])
+        for b in range(batch)
+    ]
+    if isinstance(rows[0], tuple):
+        return tuple(torch.cat(parts) for parts in zip(*rows, strict=True))
+    return torch.cat(rows)
 
 
 def _rotate(x, positions, rope):
@@ -271,9 +345,13 @@ def self_extend_attention(
     against the full key set gives the full pass's last row.
 
     Args:
-        q: (B, H, T_q, d_h) un-rotated queries. k, v: (B, H, T_k, d_h), k un-rotated.
-        positions: keys' positions (T_k,) int64, default 0..T_k−1; the queries are at
-            the last T_q of them.
+        q: (B, H, T_q, d_h) un-rotated queries. k, v: (B, H_kv, T_k, d_h), k
+            un-rotated; H_kv < H (grouped-query attention) is repeated to H as
+            transformers' ``repeat_kv`` does (:func:`repeat_kv_heads`).
+        positions: keys' positions, int64: (T_k,), default 0..T_k−1, for every
+            sequence alike; or (B, T_k), one row per sequence (transformers'
+            ``position_ids``; a padded batch), each row computed as that sequence
+            alone. The queries are at the last T_q of them.
         group_size: G ≥ 1. window_size: W ≥ 1.
         inv_freq, base, layout: RoPE's settings, as :func:`posenc.rope.apply_rope`.
         scale: score scale, default 1/√d_h.
@@ -282,12 +360,17 @@ def self_extend_attention(
         (B, H, T_q, d_h), q's dtype.
 
     Raises:
-        TypeError, ValueError: non-float tensors, mismatched shapes, T_q > T_k, bad
-            positions or bad G, W (:func:`posenc.remap.check_self_extend`).
+        TypeError, ValueError: non-float tensors, mismatched shapes, H not a multiple
+            of H_kv, T_q > T_k, positions not (T_k,) or (B, T_k) non-negative
+            integers, or bad G, W (:func:`posenc.remap.check_self_extend`).
     """
     rope = dict(inv_freq=inv_freq, base=base, layout=layout)
-    cases = _self_extend_cases(q, k, v, positions, group_size, window_size, rope)
-    return _two_bands(q, k, v, positions, cases, window_size, scale)
+
+    def run(q, k, v, positions):
+        cases = _self_extend_cases(q, k, v, positions, group_size, window_size, rope)
+        return _two_bands(q, k, v, positions, cases, window_size, scale)
+
+    return _per_sequence(run, q, k, v, positions)
 
 
 def self_extend_attention_reference(
@@ -296,11 +379,16 @@ def self_extend_attention_reference(
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """:func:`self_extend_attention` with the full neighbour and grouped score matrices
     merged by ``torch.where`` before the softmax, as the authors'
-    ``self_extend_forward`` does. Returns ``(out, weights)``, weights (B, H, T_q,
-    T_k)."""
+    ``self_extend_forward`` does. Takes and checks what :func:`self_extend_attention`
+    does ((B, T_k) positions one row per sequence, grouped-query keys repeated).
+    Returns ``(out, weights)``, weights (B, H, T_q, T_k)."""
     rope = dict(inv_freq=inv_freq, base=base, layout=layout)
-    cases = _self_extend_cases(q, k, v, positions, group_size, window_size, rope)
-    return _cases_reference(q, k, v, cases, scale)
+
+    def run(q, k, v, positions):
+        cases = _self_extend_cases(q, k, v, positions, group_size, window_size, rope)
+        return _cases_reference(q, k, v, cases, scale)
+
+    return _per_sequence(run, q, k, v, positions)
 
 
 def _rerope_cases(q, k, v, positions, window, scaling_factor, rope):
@@ -342,8 +430,12 @@ def rerope_attention(
     :func:`posenc.remap.check_rerope`.
     """
     rope = dict(inv_freq=inv_freq, base=base, layout=layout)
-    cases = _rerope_cases(q, k, v, positions, window, scaling_factor, rope)
-    return _two_bands(q, k, v, positions, cases, window, scale)
+
+    def run(q, k, v, positions):
+        cases = _rerope_cases(q, k, v, positions, window, scaling_factor, rope)
+        return _two_bands(q, k, v, positions, cases, window, scale)
+
+    return _per_sequence(run, q, k, v, positions)
 
 
 def rerope_attention_reference(
@@ -351,10 +443,15 @@ def rerope_attention_reference(
     base=DEFAULT_BASE, layout="half", scale=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """:func:`rerope_attention` with the two full score matrices merged by
-    ``torch.where`` (bojone's ``rectified_mask``). Returns ``(out, weights)``."""
+    ``torch.where`` (bojone's ``rectified_mask``). Takes and checks what
+    :func:`rerope_attention` does. Returns ``(out, weights)``."""
     rope = dict(inv_freq=inv_freq, base=base, layout=layout)
-    cases = _rerope_cases(q, k, v, positions, window, scaling_factor, rope)
-    return _cases_reference(q, k, v, cases, scale)
+
+    def run(q, k, v, positions):
+        cases = _rerope_cases(q, k, v, positions, window, scaling_factor, rope)
+        return _cases_reference(q, k, v, cases, scale)
+
+    return _per_sequence(run, q, k, v, positions)
 
 
 def _dual_chunk_cases(q, k, v, positions, settings, rope):
@@ -410,8 +507,12 @@ def dual_chunk_attention(
         pretraining_length=pretraining_length,
         local_window=local_window,
     )
-    cases = _dual_chunk_cases(q, k, v, positions, settings, rope)
-    return _cases_blocked(q, k, v, cases, scale)
+
+    def run(q, k, v, positions):
+        cases = _dual_chunk_cases(q, k, v, positions, settings, rope)
+        return _cases_blocked(q, k, v, cases, scale)
+
+    return _per_sequence(run, q, k, v, positions)
 
 
 def dual_chunk_attention_reference(
@@ -419,15 +520,20 @@ def dual_chunk_attention_reference(
     inv_freq=None, base=DEFAULT_BASE, layout="half", scale=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """:func:`dual_chunk_attention` with the three full score matrices merged by
-    ``torch.where`` before one softmax. Returns ``(out, weights)``."""
+    ``torch.where`` before one softmax. Takes and checks what
+    :func:`dual_chunk_attention` does. Returns ``(out, weights)``."""
     rope = dict(inv_freq=inv_freq, base=base, layout=layout)
     settings = dict(
         chunk_size=chunk_size,
         pretraining_length=pretraining_length,
         local_window=local_window,
     )
-    cases = _dual_chunk_cases(q, k, v, positions, settings, rope)
-    return _cases_reference(q, k, v, cases, scale)
+
+    def run(q, k, v, positions):
+        cases = _dual_chunk_cases(q, k, v, positions, settings, rope)
+        return _cases_reference(q, k, v, cases, scale)
+
+    return _per_sequence(run, q, k, v, positions)
 
 
 def relative_rope_scores(
@@ -446,7 +552,12 @@ def relative_rope_scores(
     distances (:mod:`posenc.remap`), not a way to run it.
 
     Args:
-        q: (..., T_q, d_h). k: (..., T_k, d_h). distances: (T_q, T_k), int or float.
+        q: (..., T_q, d_h), e.g. (B, H, T_q, d_h). k: (..., T_k, d_h) with q's leading
+            dimensions, or (B, H_kv, T_k, d_h) with fewer heads, repeated as
+            transformers' ``repeat_kv`` (:func:`repeat_kv_heads`).
+        distances: (T_q, T_k) for every sequence alike, or (B, T_q, T_k), one matrix
+            per sequence (B = q.shape[0]; never broadcast over the heads); int or
+            float.
         inv_freq, base, layout: as :func:`posenc.rope.apply_rope`. scale: default
             1/√d_h.
 
@@ -455,12 +566,28 @@ def relative_rope_scores(
         matches a method's own scores to float32 accuracy of the angles.
 
     Raises:
-        ValueError: distances not (T_q, T_k).
+        ValueError: distances neither (T_q, T_k) nor (B, T_q, T_k); q and k whose
+            leading dimensions differ otherwise than by grouped-query heads, or H not
+            a multiple of H_kv.
     """
+    k, _ = repeat_kv_heads(q, k, k)
     shape = (q.shape[-2], k.shape[-2])
-    if tuple(distances.shape) != shape:
+    batch, given = (q.shape[0] if q.dim() >= 3 else None), tuple(distances.shape)
+    if given == shape:  # shared: (1, …, 1, T_q, T_k)
+        distances = distances.reshape(*([1] * (q.dim() - 2)), *shape)
+    elif distances.dim() == 3 and batch is not None and distances.shape[0] == batch:
+        if tuple(distances.shape[1:]) != shape:
+            distances = None
+        else:  # one per sequence: (B, 1, …, T_q, T_k)
+            distances = distances.reshape(batch, *([1] * (q.dim() - 3)), *shape)
+    else:
+        distances = None
+    if distances is None or q.shape[:-2] != k.shape[:-2]:
         raise ValueError(
-            f"distances must be (T_q, T_k) = {shape}, got {tuple(distances.shape)}"
+            f"distances must be (T_q, T_k) = {shape} or (B, T_q, T_k) with B = "
+            f"q.shape[0] = {batch}, and q and k must share their leading dimensions; "
+            f"got distances {given}, q "
+            f"{tuple(q.shape)}, k {tuple(k.shape)}"
         )
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     pairs = q.unsqueeze(-2).expand(*q.shape[:-1], shape[1], q.shape[-1])

@@ -15,7 +15,8 @@ The RoPE settings are the model's: ``base`` (b, transformers' ``rope_theta``) or
 explicit ``inv_freq`` (rotary_dim/2,), and the pair ``layout``. Queries and keys reach
 :meth:`attend` un-rotated, so a KV cache holds un-rotated keys and the method rotates
 them at every step (the authors' decoding path for SelfExtend and ReRoPE); the
-positions must be shared by the batch, (1, 1, T).
+positions may be shared by the batch, (1, 1, T), or one row per sequence, (B, 1, T),
+each row then attending as it would alone.
 """
 
 from __future__ import annotations
@@ -31,13 +32,17 @@ from . import remapped_attention as ra
 
 
 def _key_positions(k_positions: torch.Tensor, name: str) -> torch.Tensor:
-    """(1, 1, T_k) or (T_k,) → (T_k,); per-row positions are refused."""
-    if k_positions.dim() == 3 and k_positions.shape[:2] == (1, 1):
-        return k_positions[0, 0]
-    if k_positions.dim() == 1:
+    """The attention's (B′, 1, T_k), or a direct call's (T_k,) or (B, T_k), as the
+    (T_k,) or (B′, T_k) positions of :mod:`.remapped_attention` (one row per
+    sequence)."""
+    if k_positions.dim() == 3 and k_positions.shape[1] == 1:
+        k_positions = k_positions[:, 0]
+    if k_positions.dim() == 2 and k_positions.shape[0] == 1:
+        return k_positions[0]
+    if k_positions.dim() in (1, 2):
         return k_positions
     raise ValueError(
-        f"{name} needs positions shared by the batch, (1, 1, T_k) or (T_k,); got "
+        f"{name} needs key positions (T_k,), (B, T_k) or (B′, 1, T_k); got "
         f"{tuple(k_positions.shape)}"
     )
 
@@ -81,7 +86,8 @@ class _RemappedRope(PositionalScheme):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """:meth:`posenc.schemes.PositionalScheme.attend` by the method's fast path
         (``need_weights=False``) or its naive reference (``True``, which returns the
-        weights). Raises ValueError for per-row positions."""
+        weights). ``k_positions`` (B′, 1, T_k), B′ ∈ {1, B}: each row of the batch
+        attends with its own positions; the queries are the last T_q keys."""
         positions = _key_positions(k_positions, self.name)
         options = dict(
             positions=positions,
