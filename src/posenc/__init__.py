@@ -5,6 +5,11 @@ The package behind the posenc book. Every scheme is registered by name; see
 apply_rope, rope_inv_freq, build_scheme``); the layers they plug into in
 :mod:`posenc.layers`, the experiments in :mod:`posenc.experiments`, the book's tooling
 in :mod:`posenc.book`. Imports run one way: encodings ← layers ← experiments ← book.
+
+The practitioner's tools (positions of padded batches, RoPE layout conversion, RoPE
+swapped into a transformers model, SelfExtend / DCA / ReRoPE) are in one place,
+:mod:`posenc.tools`; it and the position card (:func:`position_card`,
+:class:`PositionCard`) load on first use, so ``import posenc`` stays light.
 """
 
 from . import _versions
@@ -50,6 +55,48 @@ from .xpos import apply_xpos  # noqa: E402
 from .utils import get_device, seed_everything  # noqa: E402
 
 __version__ = "0.1.0"
+
+#: Served on first use by :func:`__getattr__`: the name → (module, attribute or None).
+_LAZY = {
+    "tools": ("tools", None),
+    "position_card": ("card", "position_card"),
+    "PositionCard": ("card", "PositionCard"),
+}
+
+
+def __getattr__(name: str):
+    """``posenc.tools`` (the practitioner's tools, :mod:`posenc.tools`) and
+    ``posenc.position_card`` / ``posenc.PositionCard`` (:mod:`posenc.card`), imported
+    when first asked for.
+
+    Raises:
+        ImportError: this version of posenc has no :mod:`posenc.card`.
+        AttributeError: any other unknown name.
+    """
+    if name not in _LAZY:
+        raise AttributeError(f"module 'posenc' has no attribute {name!r}")
+    module, attribute = _LAZY[name]
+    if module == "tools":
+        # not ``from . import tools``: its fromlist would ask this function again
+        import posenc.tools
+
+        return posenc.tools
+    try:
+        from . import card
+    except ModuleNotFoundError as error:
+        if error.name != "posenc.card":
+            raise
+        raise ImportError(
+            f"posenc.{name} comes from posenc.card, which this version of posenc does "
+            "not have; posenc.rope_inv_freq_from_config gives a config's frequencies "
+            "and attention factor meanwhile"
+        ) from None
+    return getattr(card, attribute)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "DEFAULT_BASE",

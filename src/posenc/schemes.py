@@ -50,9 +50,10 @@ sequence positions, ``"2d"`` for the tiny ViT's schemes of (row, column) positio
 ``"attention"`` for attention-level methods of a RoPE model that replace how scores are
 formed rather than adding to them (SelfExtend, ReRoPE, Dual Chunk Attention:
 :mod:`posenc.layers.remapped_schemes`, registered when :mod:`posenc.layers` is
-imported). Such a method declares a fifth point, :meth:`PositionalScheme.attend`, which
-takes the place of the attention's softmax(q·kᵀ)·v; it is a way to *run* a trained RoPE
-model, not a scheme to train, so neither the book's runs nor the study iterate it.
+imported, or at the first lookup in that namespace). Such a method declares a fifth
+point, :meth:`PositionalScheme.attend`, which takes the place of the attention's
+softmax(q·kᵀ)·v; it is a way to *run* a trained RoPE model, not a scheme to train, so
+neither the book's runs nor the study iterate it.
 """
 
 from __future__ import annotations
@@ -451,6 +452,18 @@ def _check_namespace(namespace: object) -> str:
     return namespace
 
 
+def _registry(namespace: object) -> dict[str, type[PositionalScheme]]:
+    """The registry of ``namespace``, filled: a lookup in ``"attention"``, whose
+    methods live in :mod:`posenc.layers`, first imports the module that registers
+    them. The import is lazy, inside this function, so that ``import posenc`` imports
+    no layer (imports run encodings ← layers; tests/test_layout.py names this one
+    exception) and every namespace answers after ``import posenc`` alone."""
+    namespace = _check_namespace(namespace)
+    if namespace == ATTEND_NAMESPACE:
+        from .layers import remapped_schemes  # noqa: F401  (registers on import)
+    return _REGISTRY[namespace]
+
+
 def available_schemes(namespace: str = DEFAULT_NAMESPACE) -> tuple[str, ...]:
     """The scheme names registered in ``namespace`` (default ``"1d"``: the schemes
     the registry-wide and positions-contract tests iterate), in registration order,
@@ -460,7 +473,7 @@ def available_schemes(namespace: str = DEFAULT_NAMESPACE) -> tuple[str, ...]:
     Raises:
         ValueError: unknown namespace.
     """
-    return tuple(_REGISTRY[_check_namespace(namespace)])
+    return tuple(_registry(namespace))
 
 
 def chapter_schemes(namespace: str = DEFAULT_NAMESPACE) -> tuple[str, ...]:
@@ -472,7 +485,7 @@ def chapter_schemes(namespace: str = DEFAULT_NAMESPACE) -> tuple[str, ...]:
     Raises:
         ValueError: unknown namespace.
     """
-    registry = _REGISTRY[_check_namespace(namespace)]
+    registry = _registry(namespace)
     return tuple(name for name, cls in registry.items() if not cls.study_only)
 
 
@@ -485,7 +498,7 @@ def get_scheme_class(
         ValueError: unknown namespace; no scheme has that name there (the message
             lists the known names).
     """
-    registry = _REGISTRY[_check_namespace(namespace)]
+    registry = _registry(namespace)
     try:
         return registry[name]
     except (KeyError, TypeError):
@@ -510,7 +523,8 @@ def build_scheme(
         name: a registered name, see :func:`available_schemes`.
         d_model: model width d.
         num_heads: number of heads H.
-        namespace: ``"1d"`` (default) or ``"2d"`` (:data:`NAMESPACES`).
+        namespace: ``"1d"`` (default), ``"2d"`` or ``"attention"``
+            (:data:`NAMESPACES`).
         **options: the scheme's own options (e.g. ``base``, ``layout`` for
             ``"sinusoidal"``, ``max_len`` for ``"learned"``).
 
