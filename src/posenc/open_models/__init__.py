@@ -56,14 +56,17 @@ from .config import (
     layer_pattern,
 )
 from .families import FAMILIES, positional_settings
+from .released_configs import ReleasedConfig, released_configs
 from .table import settings_table
 
 __all__ = [
     "FAMILIES",
     "FIELDS",
+    "ReleasedConfig",
     "TRANSFORMERS_VERSION",
     "TransformersUnavailableError",
     "layer_pattern",
     "positional_settings",
+    "released_configs",
     "settings_table",
 ]
