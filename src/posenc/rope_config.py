@@ -16,6 +16,7 @@ Shapes: d_h the width of one head (``head_dim``), r ≤ d_h the rotated width
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Mapping
 from numbers import Real
 
@@ -46,6 +47,27 @@ frequencies nor the cos/sin factor, so :func:`rope_inv_freq_from_config` skips t
 split among the temporal, height and width position ids, and their layout) and
 ``llama_4_scaling_beta`` (Ministral 3 / Mistral 4: a position-dependent query
 scaling that the attention applies, outside RoPE)."""
+
+
+MODEL_CONFIG_KEYS = (
+    "_name_or_path",
+    "architectures",
+    "hidden_size",
+    "model_type",
+    "num_attention_heads",
+    "rope_parameters",
+    "rope_scaling",
+    "text_config",
+)
+"""Keys of a whole model config (``config.json``) that no ``rope_parameters`` dict
+has: :func:`rope_inv_freq_from_config` refuses a dict holding one, saying to pass
+the config's ``rope_parameters``."""
+
+
+class RopeParametersWarning(UserWarning):
+    """A ``rope_parameters`` dict that transformers accepts with a warning and posenc
+    reads as transformers does (e.g. a YaRN ``factor`` that disagrees with
+    max_position_embeddings / original_max_position_embeddings)."""
 
 
 def rope_inv_freq_from_config(
@@ -128,14 +150,118 @@ def rope_inv_freq_from_config(
     return rope_inv_freq(width, base, scaling, seq_len=seq_len)
 
 
+def softmax_scale_multiplier(rope_parameters: Mapping) -> float:
+    """DeepSeek's second YaRN factor: m(s, mscale_all_dim)², by which the attention
+    of the DeepSeek-V2/V3 family multiplies its softmax scale 1/√d_h, so that every
+    score — rotated features and the others alike — gets it.
+
+    m(s, a) = 0.1·a·ln s + 1 for s > 1, else 1 (YaRN's temperature rule with the
+    coefficient a). The factor applies when the dict's ``rope_type`` (legacy
+    ``type``) is not "default" and ``mscale_all_dim`` is non-zero; otherwise it is 1.
+    Only models whose attention applies it get it (in transformers 5.23 the 14
+    modeling files that read ``mscale_all_dim``, among them DeepSeek-V2, V3 and
+    V3.2, GLM-4-MoE-Lite, MiniCPM3, LongCat-Flash and Mistral 4); a Llama-family
+    model ignores ``mscale_all_dim``.
+
+    Args:
+        rope_parameters: a flat transformers v5 ``config.rope_parameters`` dict.
+
+    Returns:
+        The multiplier (float, ≥ 1 for s ≥ 1).
+
+    Raises:
+        TypeError: rope_parameters not a mapping.
+        ValueError: a whole model config; ``mscale_all_dim`` without a ``factor``
+            (transformers reads ``rope_parameters["factor"]`` there); a factor or
+            mscale_all_dim that is not a finite number > 0.
+
+    Source: transformers 5.23, ``models/deepseek_v3/modeling_deepseek_v3.py``
+    (``yarn_get_mscale``, ``yarn_apply_mscale``, ``DeepseekV3Attention.scaling``);
+    DeepSeek-V3, arXiv:2412.19437, §4.3 (the long-context extension with YaRN).
+    """
+    if not isinstance(rope_parameters, Mapping):
+        _read_parameters(rope_parameters)  # raises the TypeError
+    rope_type, _, params = _read_parameters({"rope_theta": 1.0, **rope_parameters})
+    mscale_all_dim = params.get("mscale_all_dim")
+    if rope_type == "default" or not mscale_all_dim:
+        return 1.0
+    if "factor" not in params:
+        raise ValueError(
+            "rope_parameters with mscale_all_dim needs 'factor' (s): the attention "
+            "multiplies its softmax scale by m(s, mscale_all_dim)²; got keys "
+            f"{sorted(rope_parameters)}"
+        )
+    factor = _positive("factor", params["factor"])
+    return _yarn_mscale(factor, _positive("mscale_all_dim", mscale_all_dim)) ** 2
+
+
+def score_multiplier(
+    rope_parameters: Mapping,
+    head_dim: int,
+    *,
+    max_position_embeddings: int | None = None,
+    softmax_mscale: bool = True,
+) -> float:
+    """The multiplier a score's rotated part gets from the RoPE settings, against
+    plain RoPE with the scale 1/√d_h: attention_factor² × m(s, mscale_all_dim)².
+
+    RoPE's ``attention_factor`` (YaRN's √(1/t), LongRoPE's, DeepSeek's m(s, mscale) /
+    m(s, mscale_all_dim)) multiplies cos and sin, hence the rotated query and key,
+    hence their score by its square; DeepSeek's attention then multiplies the softmax
+    scale by m(s, mscale_all_dim)² (:func:`softmax_scale_multiplier`). With
+    DeepSeek-V3's settings (s = 40, mscale = mscale_all_dim = 1) the attention factor
+    is 1 and every score gets (0.1 ln 40 + 1)² ≈ 1.874; a YaRN Llama-family model
+    with s = 4 gets (0.1 ln 4 + 1)² ≈ 1.297. The features RoPE leaves unrotated
+    (partial rotary's pass-through features, MLA's ``qk_nope_head_dim`` part) get
+    :func:`softmax_scale_multiplier` alone.
+
+    Args:
+        rope_parameters: a flat transformers v5 ``config.rope_parameters`` dict, read
+            as :func:`rope_inv_freq_from_config` reads it.
+        head_dim: d_h (for MLA, ``qk_rope_head_dim``).
+        max_position_embeddings: ``config.max_position_embeddings``, where the type
+            derives a value from it (see :func:`rope_inv_freq_from_config`).
+        softmax_mscale: whether the model's attention applies DeepSeek's
+            m(s, mscale_all_dim)² (the DeepSeek family does; a Llama-family model
+            does not: pass False).
+
+    Returns:
+        The multiplier (float).
+
+    Raises:
+        TypeError, ValueError: as :func:`rope_inv_freq_from_config` and
+            :func:`softmax_scale_multiplier`.
+
+    Source: transformers 5.23, ``modeling_rope_utils`` (``ROPE_INIT_FUNCTIONS``'
+    attention factor, applied to cos and sin in e.g. ``LlamaRotaryEmbedding.forward``)
+    and ``models/deepseek_v3/modeling_deepseek_v3.py`` (``yarn_apply_mscale``); Peng
+    et al. 2023, YaRN, arXiv:2309.00071, §3.4 (Eq. 22).
+    """
+    _, attention_factor = rope_inv_freq_from_config(
+        rope_parameters, head_dim, max_position_embeddings=max_position_embeddings
+    )
+    extra = softmax_scale_multiplier(rope_parameters) if softmax_mscale else 1.0
+    return attention_factor**2 * extra
+
+
 def _read_parameters(rope_parameters: object) -> tuple[str, object, dict]:
     """``(rope_type, base, params)``: the type (legacy ``type``, else "default"), the
     base ``rope_theta``, and the other keys without None values and without
     :data:`IGNORED_ROPE_PARAMETERS`. Raises as :func:`rope_inv_freq_from_config`."""
     if not isinstance(rope_parameters, Mapping):
         raise TypeError(
-            "rope_parameters must be a dict such as config.rope_parameters, got "
+            "rope_parameters must be a dict such as config.rope_parameters (for a "
+            "transformers config object, pass config.rope_parameters), got "
             f"{type(rope_parameters).__name__}"
+        )
+    whole = sorted(set(rope_parameters) & set(MODEL_CONFIG_KEYS))
+    if whole:
+        raise ValueError(
+            f"rope_parameters looks like a whole model config (it has {whole}); pass "
+            "its RoPE dict: config['rope_parameters'] (transformers v5), or for a v4 "
+            "config {'rope_theta': config['rope_theta'], **(config['rope_scaling'] "
+            "or {})}, with head_dim and "
+            "max_position_embeddings=config['max_position_embeddings']"
         )
     params = {key: value for key, value in rope_parameters.items() if value is not None}
     if (
@@ -237,7 +363,14 @@ class _Config:
 
 def _dynamic_from_config(params: dict, config: _Config) -> None:
     """L is always max_position_embeddings: transformers ignores the dict's value."""
-    params.pop(_LENGTH, None)
+    given = params.pop(_LENGTH, None)
+    if given is not None and config.max_position_embeddings is None:
+        raise ValueError(
+            f"rope_type 'dynamic' needs max_position_embeddings: transformers 5.23 "
+            "takes the training length L from config.max_position_embeddings and "
+            f"ignores rope_parameters['original_max_position_embeddings'] (here "
+            f"{given!r}); pass max_position_embeddings=config.max_position_embeddings"
+        )
     params[_LENGTH] = config.from_max(
         _LENGTH,
         "transformers' dynamic rule takes L from config.max_position_embeddings",
@@ -253,16 +386,44 @@ def _length_from_config(params: dict, config: _Config) -> None:
 
 def _yarn_from_config(params: dict, config: _Config) -> None:
     """L and s from the config when missing; DeepSeek's ``mscale`` and
-    ``mscale_all_dim`` give the attention factor when it is missing."""
+    ``mscale_all_dim`` give the attention factor when it is missing. An explicit s
+    that disagrees with max_position_embeddings / L warns, as transformers does."""
     _length_from_config(params, config)
     if "factor" not in params:
         params["factor"] = config.derived_factor(params)
+    else:
+        _warn_factor_mismatch(params, config)
     mscale = params.pop("mscale", None)
     mscale_all_dim = params.pop("mscale_all_dim", None)
     if "attention_factor" not in params and mscale and mscale_all_dim:
         s = _positive("factor", params["factor"])
         params["attention_factor"] = _yarn_mscale(s, mscale) / _yarn_mscale(
             s, mscale_all_dim
+        )
+
+
+def _warn_factor_mismatch(params: dict, config: _Config) -> None:
+    """transformers' rule: warn when the implicit factor max_position_embeddings / L
+    is neither 1 (L filled in from max_position_embeddings) nor the explicit one; the
+    explicit factor is used (transformers 5.23, ``modeling_rope_utils``,
+    ``RotaryEmbeddingConfigMixin._validate_yarn_rope_parameters``)."""
+    longest, original = config.max_position_embeddings, params[_LENGTH]
+    factor = params["factor"]
+    if longest is None or isinstance(original, bool) or not isinstance(original, int):
+        return
+    if original < 1 or isinstance(factor, bool) or not isinstance(factor, Real):
+        return
+    implicit = longest / original
+    if implicit != factor and implicit != 1:
+        warnings.warn(
+            f"the YaRN factor rope_parameters['factor'] = {factor} does not match "
+            "max_position_embeddings / original_max_position_embeddings = "
+            f"{longest} / {original} = {implicit:g}; the explicit factor is used, "
+            "as transformers does (it warns too). Check which length the model was "
+            "trained at (original_max_position_embeddings) and which it is extended "
+            "to (max_position_embeddings)",
+            RopeParametersWarning,
+            stacklevel=5,
         )
 
 

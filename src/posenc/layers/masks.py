@@ -185,21 +185,26 @@ def check_sink(name: str, value: object) -> bool:
 
 
 def _check_rows(name: str, value: object, *, integer_only: bool) -> torch.Tensor:
-    """A (T,) or (B, T) tensor: a 0/1 or bool mask, or integer ids if integer_only."""
-    ok = isinstance(value, torch.Tensor) and value.dim() in (1, 2)
-    if ok and integer_only:
-        ok = not (value.is_floating_point() or value.is_complex())
-    elif ok:
-        ok = value.dtype == torch.bool or (
-            not value.is_complex() and bool(((value == 0) | (value == 1)).all())
-        )
-    if not ok:
-        kind = "integer document ids" if integer_only else "a 0/1 or bool mask"
+    """A (T,) or (B, T) tensor: a 0/1 or bool mask, or integer ids if integer_only.
+    Each rule has its own message: the shape, the dtype, and for a mask the first
+    value that is neither 0 nor 1."""
+    kind = "integer document ids" if integer_only else "a 0/1 or bool mask"
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor of {kind}, got {type(value).__name__}")
+    if value.dim() not in (1, 2):
         raise ValueError(
-            f"{name} must be a (T,) or (B, T) tensor of {kind}, got "
-            f"{getattr(value, 'dtype', type(value))} of shape "
-            f"{tuple(getattr(value, 'shape', ()))}"
+            f"{name} must have shape (T,) or (B, T), got {tuple(value.shape)}"
         )
+    if value.is_complex() or (integer_only and value.is_floating_point()):
+        raise ValueError(f"{name} must hold {kind}, got dtype {value.dtype}")
+    if not integer_only and value.dtype != torch.bool:
+        bad = (value != 0) & (value != 1)
+        if bool(bad.any()):
+            where = tuple(int(i) for i in bad.nonzero()[0])
+            raise ValueError(
+                f"{name} must be a 0/1 or bool mask (1 on real tokens, 0 on pads): "
+                f"got {value[where].item()!r} at index {where}"
+            )
     return value
 
 
@@ -222,7 +227,9 @@ def padded_positions(attention_mask: torch.Tensor) -> torch.Tensor:
         int64 positions of the mask's shape.
 
     Raises:
-        ValueError: a mask that is not 1-D/2-D or holds values other than 0 and 1.
+        TypeError: a mask that is not a tensor.
+        ValueError: a mask that is not 1-D/2-D, is complex, or holds a value other
+            than 0 and 1 (the message names the first such value and its index).
     """
     mask = _check_rows("attention_mask", attention_mask, integer_only=False).long()
     return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
@@ -244,6 +251,7 @@ def packed_positions(document_ids: torch.Tensor) -> torch.Tensor:
         int64 positions of the ids' shape.
 
     Raises:
+        TypeError: ids that are not a tensor.
         ValueError: ids that are not 1-D/2-D integers.
     """
     ids = _check_rows("document_ids", document_ids, integer_only=True)
@@ -268,6 +276,7 @@ def document_mask(document_ids: torch.Tensor) -> torch.Tensor:
         bool (T, T) or (B, T, T), True where a query may attend.
 
     Raises:
+        TypeError: ids that are not a tensor.
         ValueError: ids that are not 1-D/2-D integers.
     """
     ids = _check_rows("document_ids", document_ids, integer_only=True)
