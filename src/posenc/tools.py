@@ -155,7 +155,7 @@ def attention_method(model: torch.nn.Module, name: str, **settings) -> Positiona
     positions, so a model reads past its trained length with no fine-tuning. For
     ``"self_extend"`` with the trained length L, ``group_size`` G and ``window_size``
     W, :func:`self_extend_max_length` is the longest input whose distances all stay
-    below L (G = 8, W = L/4 reaches 6.5 L).
+    below L (G = 8, W = L/4 reaches 6.25 L).
 
     Args:
         model: a Llama-family transformers model (``model.model.rotary_emb`` with one
