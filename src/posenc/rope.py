@@ -89,7 +89,8 @@ def allowed_position_shapes(x_shape: tuple[int, ...]) -> str:
     text = f"{rule} with T={seq_len}" + (f", {sizes}" if sizes else "")
     if lead:
         same = "; (B, 1, T) is the same" if len(lead) >= 2 else ""
-        text += f" ((B, T) is one row per sequence, as transformers' position_ids{same})"
+        row = "one row per sequence, as transformers' position_ids"
+        text += f" ((B, T) is {row}{same})"
     return text
 
 

@@ -190,7 +190,9 @@ def _check_rows(name: str, value: object, *, integer_only: bool) -> torch.Tensor
     value that is neither 0 nor 1."""
     kind = "integer document ids" if integer_only else "a 0/1 or bool mask"
     if not isinstance(value, torch.Tensor):
-        raise TypeError(f"{name} must be a tensor of {kind}, got {type(value).__name__}")
+        raise TypeError(
+            f"{name} must be a tensor of {kind}, got {type(value).__name__}"
+        )
     if value.dim() not in (1, 2):
         raise ValueError(
             f"{name} must have shape (T,) or (B, T), got {tuple(value.shape)}"
