@@ -222,6 +222,13 @@ def scaled_frequencies(params: dict, head_dim: int, config: dict):
     elif rope_type == "longrope":
         seq_len = int(length) + 1
     kwargs = {"max_position_embeddings": max_pos}
+    low, high = params.get("low_freq_factor"), params.get("high_freq_factor")
+    if rope_type == "llama3" and low is not None and low == high:
+        # Llama 4 Scout: low = high = 1. transformers' rule then interpolates the
+        # wavelengths over L/low and keeps the rest (no blended band); posenc's
+        # rule asks low < high, so the band is given a width of 1e-9·low, which
+        # moves no pair whose wavelength is not L/low exactly.
+        params = {**params, "high_freq_factor": low * (1 + 1e-9)}
     used, attention_factor = rope_inv_freq_from_config(
         params, head_dim, seq_len=seq_len, **kwargs
     )

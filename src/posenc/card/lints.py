@@ -17,7 +17,12 @@ from collections.abc import Callable
 
 from ..rope_config import IGNORED_ROPE_PARAMETERS
 from .card import Lint, PositionCard
-from .parse import NESTED_MODEL_TYPES, SLIDING, is_nested
+from .parse import (
+    NESTED_MODEL_TYPES,
+    SLIDING,
+    TOP_LEVEL_ORIGINAL_MODEL_TYPES,
+    is_nested,
+)
 
 _FAIL = "book/failures.ipynb — "
 #: Each lint's id and the chapter (notebook — section) that explains it.
@@ -141,8 +146,9 @@ def _missing_original(data: dict, card: PositionCard) -> list[Lint]:
         if group.rope_type not in ("yarn", "llama3", "longrope"):
             continue
         raw = _raw(data, group.layer_type)
-        if raw.get("original_max_position_embeddings") or data.get(
-            "original_max_position_embeddings"
+        top = data.get("original_max_position_embeddings")
+        if raw.get("original_max_position_embeddings") or (
+            top and data.get("model_type") in TOP_LEVEL_ORIGINAL_MODEL_TYPES
         ):
             continue
         filled = group.rope_parameters.get("original_max_position_embeddings")

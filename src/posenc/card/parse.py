@@ -39,6 +39,11 @@ DEFAULT_THETA: dict[str, float | dict[str, float]] = {
     "cohere": 500_000.0,
 }
 
+#: Model types whose config class has a top-level ``original_max_position_embeddings``
+#: field, which then wins over the one in ``rope_parameters`` (transformers 5.23:
+#: Phi3Config and Phi4MultimodalConfig; other classes ignore the top-level key).
+TOP_LEVEL_ORIGINAL_MODEL_TYPES = ("phi3", "phi4_multimodal")
+
 #: Legacy ``rope_type`` names the config classes rename: Phi-3's "su" and "yarn"
 #: are LongRoPE (Phi3Config), Qwen2-VL's "mrope" is plain RoPE (Qwen2VLConfig).
 _RENAMED = {"phi3": {"su": "longrope", "yarn": "longrope"}, "qwen2_vl": {"mrope": "default"}}
@@ -67,7 +72,8 @@ def _default_theta(model_type: str | None, which: str = "global") -> float:
 def _standardize(params: dict, config: dict, *, top_level_original: bool) -> dict:
     """``standardize_rope_params`` for one flat dict: rope_type from ``type``; the
     training length of a scaled type from the config's top-level
-    ``original_max_position_embeddings`` (Phi-3 keeps it there; it then wins) or else
+    ``original_max_position_embeddings`` where the class has that field
+    (:data:`TOP_LEVEL_ORIGINAL_MODEL_TYPES`; it then wins), or else
     ``max_position_embeddings``; the family's renamed types."""
     params.setdefault("rope_type", params.get("type", "default"))
     renamed = _RENAMED.get(config.get("model_type") or "", {})
@@ -120,7 +126,8 @@ def rope_parameters_by_type(config: dict) -> tuple[dict[str, dict | None], bool]
     params.setdefault("rope_theta", top_theta or _default_theta(model_type))
     if partial is not None:
         params.setdefault("partial_rotary_factor", partial)
-    return {"*": _standardize(params, config, top_level_original=True)}, False
+    top_level = model_type in TOP_LEVEL_ORIGINAL_MODEL_TYPES
+    return {"*": _standardize(params, config, top_level_original=top_level)}, False
 
 
 def _nested_family(config: dict, scaling: object, v5: object) -> dict[str, dict]:
