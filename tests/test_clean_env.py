@@ -3,9 +3,9 @@ nbval (``--nbval-lax``: every cell must run without an error) on the kernel of a
 fresh Python that has only what a Colab runtime already has — torch, numpy, matplotlib, pip, the
 notebook kernel and what they need, taken from this project's environment (torch from its local
 wheel) — and not posenc, not transformers, not pandas, scipy or safetensors. The notebook's own
-first cell must install posenc (from this checkout, through ``POSENC_INSTALL_SOURCE``: a wheel
-built once per test session, as pip builds it from the repository's git URL on Colab) with its
-dependencies from the package index, and whatever else the chapter needs at the book's pinned
+first cell must install posenc with the book's extra, ``posenc[book]`` (from this checkout,
+through ``POSENC_INSTALL_SOURCE``: a wheel built once per test session, as pip builds it from the
+repository's git URL on Colab), with its dependencies from the package index, and whatever else the chapter needs at the book's pinned
 versions (:func:`posenc.ensure_installed`). The cache is empty and ``POSENC_REQUIRE_CACHED`` is
 unset, as on Colab: every model a chapter loads must come from the weights that ship inside the
 package, and the test fails if anything was trained (a ``.pt`` file in the cache). Each

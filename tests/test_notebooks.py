@@ -69,6 +69,7 @@ def test_starts_with_the_install_cell(nb):
     assert "hide-cell" in first_code["metadata"].get("tags", [])
     assert 'find_spec("posenc") is None' in source and "POSENC_INSTALL_SOURCE" in source
     assert f"git+{repo_url}.git" in source
+    assert 'f"posenc[book] @ {source}"' in source, "the chapters ask for the book's extra"
     assert " -e " not in source and "torch" not in re.findall(r"pip\", \"install\"[^\n]*", source)[0]
     assert "posenc.get_device()" in source
 
@@ -86,6 +87,53 @@ def test_chapters_open_with_their_question_and_short_answer(chapter):
     short = question.split("**Short answer.**", 1)[1].rsplit(":::", 1)[0]
     assert 15 <= len(short.split()) <= 90, f"the short answer is two or three sentences ({len(short.split())} words)"
     assert "In this chapter" in objectives
+
+
+def install_block(nb) -> str:
+    """The install part of a notebook's first code cell: its lines up to
+    ``importlib.invalidate_caches()``."""
+    first = "".join(next(c for c in cells(nb) if c["cell_type"] == "code")["source"])
+    end = first.index("importlib.invalidate_caches()\n") + len("importlib.invalidate_caches()\n")
+    return first[:end]
+
+
+def test_every_notebook_installs_posenc_the_same_way():
+    """One install block in every notebook (only the modules it imports may differ)."""
+    blocks = {re.sub(r"^import importlib, .*$", "import importlib, …", install_block(nb), flags=re.M)
+              for nb in NOTEBOOKS}
+    assert len(blocks) == 1, "the notebooks' install cells differ"
+
+
+@pytest.mark.parametrize("source, url", [
+    (None, "git+https://github.com/posenc/posenc.git"),
+    ("file:///tmp/posenc-0.1.0-py3-none-any.whl", "file:///tmp/posenc-0.1.0-py3-none-any.whl"),
+    ("relative/posenc-0.1.0-py3-none-any.whl", "RELATIVE"),
+])
+def test_the_install_cell_asks_pip_for_posenc_with_the_book_extra(monkeypatch, tmp_path, source, url):
+    """What the install cell hands pip, with POSENC_INSTALL_SOURCE unset, a URL or a
+    path (tests/test_clean_env.py passes the wheel's path): a PEP 508 requirement for
+    posenc with the ``book`` extra, from that source (a path as its absolute file://
+    URL, the form pip takes an extra with)."""
+    import importlib.util
+    import subprocess
+
+    from packaging.requirements import Requirement
+
+    monkeypatch.chdir(tmp_path)
+    if source is None:
+        monkeypatch.delenv("POSENC_INSTALL_SOURCE", raising=False)
+    else:
+        monkeypatch.setenv("POSENC_INSTALL_SOURCE", source)
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "posenc" else find_spec(name, *a))
+    calls = []
+    monkeypatch.setattr(subprocess, "check_call", calls.append)
+    exec(install_block(NOTEBOOKS[0]), {"__name__": "cell"})
+    (command,) = calls
+    assert command[1:5] == ["-m", "pip", "install", "--quiet"]
+    requirement = Requirement(command[-1])
+    expected = (tmp_path / source).as_uri() if url == "RELATIVE" else url
+    assert (requirement.name, requirement.extras, requirement.url) == ("posenc", {"book"}, expected)
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)

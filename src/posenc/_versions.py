@@ -11,6 +11,7 @@ tests and the loader of the real models) needs torch 2.6 itself and is checked b
 from __future__ import annotations
 
 import re
+import sys
 
 #: The oldest versions posenc runs on, and why (see the module's docstring).
 MINIMUM = {"torch": "2.7", "numpy": "1.24"}
@@ -117,3 +118,136 @@ def ensure_installed(*distributions: str, quiet: bool = True) -> list[str]:
         subprocess.check_call(command + (["--quiet"] if quiet else []))
         importlib.invalidate_caches()
     return wanted
+
+
+#: What each extra of pyproject.toml installs, as ``{import name: distribution}``:
+#: ``pip install posenc`` brings only torch and numpy (the encodings, posenc.layers,
+#: the tools and the position card); a module that imports one of these names without
+#: its extra fails with :func:`missing_extra_message`. tests/test_lean_install.py keeps
+#: this table equal to pyproject.toml's ``[project.optional-dependencies]``.
+EXTRAS = {
+    "study": {
+        "pandas": "pandas",
+        "scipy": "scipy",
+        "tqdm": "tqdm",
+        "platformdirs": "platformdirs",
+        "filelock": "filelock",
+        "safetensors": "safetensors",
+        "sklearn": "scikit-learn",
+    },
+    "book": {
+        "sympy": "sympy",
+        "matplotlib": "matplotlib",
+        "IPython": "ipython",
+        "pandas": "pandas",
+        "scipy": "scipy",
+        "tqdm": "tqdm",
+        "platformdirs": "platformdirs",
+        "filelock": "filelock",
+        "safetensors": "safetensors",
+    },
+    "pretrained": {
+        "transformers": "transformers",
+        "gguf": "gguf",
+        "accelerate": "accelerate",
+    },
+    "cluster": {"submitit": "submitit"},
+}
+#: What each extra is for, in the messages.
+EXTRA_PURPOSE = {
+    "study": "python -m posenc.experiments.study and the stored studies",
+    "book": "the book's chapters",
+    "pretrained": "the real pretrained models and transformers' config classes",
+    "cluster": "the studies' runs on SLURM",
+}
+#: The extra named first for an import from a subpackage (else EXTRAS' order).
+_PREFERRED = {"posenc.book": "book", "posenc.symbolic": "book"}
+
+
+def missing_extra_message(module: str, importer: str = "posenc") -> str | None:
+    """What to install when ``importer`` (a posenc module) imports ``module`` (a
+    top-level import name) and it is not installed: the extras that have it, the one
+    that fits the importer first; None when no extra has it. For example scipy from
+    posenc.experiments.stats: '... Install the extra that has it: pip install
+    "posenc[study]" (python -m posenc.experiments.study and the stored studies), or
+    "posenc[book]" (the book's chapters), which has it too.'
+    """
+    extras = [extra for extra, names in EXTRAS.items() if module in names]
+    if not extras:
+        return None
+    preferred = next(
+        (e for prefix, e in _PREFERRED.items() if importer.startswith(prefix)), None
+    )
+    if preferred in extras:
+        extras.remove(preferred)
+        extras.insert(0, preferred)
+    first, *others = extras
+    also = "".join(
+        f', or "posenc[{e}]" ({EXTRA_PURPOSE[e]}), which has it too' for e in others
+    )
+    return (
+        f"{importer} needs {module}, which is not installed: `pip install posenc` "
+        "brings only torch and numpy (the encodings, posenc.layers, posenc.tools and "
+        "the position card). Install the extra that has it: "
+        f'pip install "posenc[{first}]" ({EXTRA_PURPOSE[first]}){also}.'
+    )
+
+
+#: The modules of Python's import system, between an import statement and a finder.
+_IMPORT_MACHINERY = (
+    "importlib",
+    "importlib._bootstrap",
+    "importlib._bootstrap_external",
+)
+
+
+def _importer() -> str | None:
+    """The module whose import statement (or ``importlib.import_module`` call) asks
+    for the module being looked up now, from the call stack; None for a lookup that
+    only probes (``importlib.util.find_spec``) or on a Python without frames."""
+    getframe = getattr(sys, "_getframe", None)
+    frame = getframe(2) if getframe else None
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
+        if name == "importlib.util":
+            return None  # find_spec: the caller asks whether it is there
+        if name not in _IMPORT_MACHINERY:
+            if name == "__main__":  # python -m posenc....
+                spec = frame.f_globals.get("__spec__")
+                name = getattr(spec, "name", name)
+            return name
+        frame = frame.f_back
+    return None
+
+
+class MissingExtraFinder:
+    """The last finder of ``sys.meta_path`` (installed by :func:`install_finder`, when
+    posenc is imported): asked only for a module no other finder found. When the
+    module is one of :data:`EXTRAS` and the import comes from a posenc module, it raises
+    ModuleNotFoundError with :func:`missing_extra_message` instead of Python's bare
+    "No module named ..."; every other lookup (another package's import, a
+    ``find_spec`` probe) it leaves alone."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if path is not None or not any(fullname in n for n in EXTRAS.values()):
+            return None  # a submodule, or no extra has it
+        importer = _importer()
+        if importer is None or importer.split(".")[0] != "posenc":
+            return None
+        later = sys.meta_path[sys.meta_path.index(self) + 1 :]  # finders added since
+        for finder in later:
+            spec = getattr(finder, "find_spec", lambda *a: None)(fullname, path, target)
+            if spec is not None:
+                return spec
+        raise ModuleNotFoundError(
+            missing_extra_message(fullname, importer), name=fullname
+        )
+
+
+def install_finder() -> None:
+    """Append one :class:`MissingExtraFinder` to ``sys.meta_path`` (once)."""
+    if not any(isinstance(f, MissingExtraFinder) for f in sys.meta_path):
+        sys.meta_path.append(MissingExtraFinder())
+
+
+install_finder()
