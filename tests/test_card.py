@@ -212,25 +212,33 @@ def hf_config(config: dict):
     return cfg.get_text_config()
 
 
-def hf_default(cfg, layer_type):
-    """Plain RoPE as the model computes it: its RotaryEmbedding's
-    ``compute_default_rope_parameters``."""
+def hf_rotary(cfg, layer_type):
+    """The model's own rotary embedding module built from ``cfg``: its ``inv_freq``
+    and ``attention_scaling`` (per layer type where it keeps one per type)."""
     module = importlib.import_module(type(cfg).__module__.replace("configuration", "modeling"))
-    names = [n for n in dir(module) if n.endswith("RotaryEmbedding")]
-    cls = getattr(module, sorted(names, key=lambda n: "Text" not in n)[0])
-    fn = cls.compute_default_rope_parameters
-    if layer_type is None:
-        return fn(cfg)
-    return fn(cfg, None, layer_type=layer_type)
+    names = sorted(
+        name
+        for name, value in vars(module).items()
+        if isinstance(value, type)
+        and name.endswith("RotaryEmbedding")
+        and "Vision" not in name
+        and "Audio" not in name
+    )
+    rotary = getattr(module, names[-1])(cfg)
+    prefix = f"{layer_type}_" if layer_type is not None else ""
+    return getattr(rotary, f"{prefix}inv_freq"), getattr(rotary, f"{prefix}attention_scaling")
 
 
 def hf_frequencies(cfg, layer_type, seq_len):
+    """transformers' frequencies: the model's rotary embedding, or for the types that
+    change with the length ("dynamic", "longrope") ``ROPE_INIT_FUNCTIONS`` at
+    ``seq_len``."""
     params = cfg.rope_parameters
     if layer_type is not None:
         params = params[layer_type]
     rope_type = params["rope_type"]
-    if rope_type == "default":
-        return hf_default(cfg, layer_type)
+    if rope_type not in ("dynamic", "longrope") or seq_len is None and rope_type == "dynamic":
+        return hf_rotary(cfg, layer_type)
     return ROPE_INIT_FUNCTIONS[rope_type](cfg, None, seq_len=seq_len, layer_type=layer_type)
 
 
@@ -626,3 +634,24 @@ def test_cli(tmp_path):
         capture_output=True, text=True,
     )
     assert missing.returncode == 2 and "no such config file" in missing.stderr
+
+
+def test_every_released_config_makes_a_card():
+    """Every shipped released config.json (posenc.open_models.released_configs) makes
+    a card whose layers, groups and frequencies equal transformers'."""
+    released = pytest.importorskip("posenc.open_models.released_configs")
+    records = released.released_configs()
+    assert len(records) >= 25
+    for slug, record in records.items():
+        config = copy.deepcopy(dict(record.config))
+        if record.parse_as:
+            config["model_type"] = record.parse_as
+            config.get("text_config", config)["model_type"] = record.parse_as
+        card = position_card(config)
+        text = copy.deepcopy(dict(record.text_config))
+        kind = record.parse_as or text.pop("model_type")
+        text.pop("model_type", None)
+        cfg = transformers.AutoConfig.for_model(kind, **text)
+        assert card.num_hidden_layers == cfg.num_hidden_layers, slug
+        assert sum(len(g.layers) for g in card.groups) == cfg.num_hidden_layers, slug
+        check_against_transformers(card, cfg)

@@ -19,8 +19,10 @@ temperature from ``models/llama4/modeling_llama4.py``.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import asdict, dataclass, field
 
+from .. import rope_config
 from ..rope_config import IGNORED_ROPE_PARAMETERS, rope_inv_freq_from_config
 from ..scaling import ROPE_INIT_FUNCTIONS, rope_inv_freq
 from .parse import CHUNKED, FULL, LINEAR, SLIDING, head_dim_of
@@ -229,12 +231,17 @@ def scaled_frequencies(params: dict, head_dim: int, config: dict):
         # rule asks low < high, so the band is given a width of 1e-9·low, which
         # moves no pair whose wavelength is not L/low exactly.
         params = {**params, "high_freq_factor": low * (1 + 1e-9)}
-    used, attention_factor = rope_inv_freq_from_config(
-        params, head_dim, seq_len=seq_len, **kwargs
-    )
-    short = None
-    if rope_type == "longrope":
-        short, _ = rope_inv_freq_from_config(params, head_dim, **kwargs)
+    with warnings.catch_warnings():
+        # the card reports a factor that disagrees with the lengths as a lint
+        category = getattr(rope_config, "RopeParametersWarning", None)
+        if category is not None:
+            warnings.simplefilter("ignore", category)
+        used, attention_factor = rope_inv_freq_from_config(
+            params, head_dim, seq_len=seq_len, **kwargs
+        )
+        short = None
+        if rope_type == "longrope":
+            short, _ = rope_inv_freq_from_config(params, head_dim, **kwargs)
     width = _rotary_width(params, head_dim)
     plain, _ = rope_inv_freq(width, float(params["rope_theta"]))
     return plain.double(), used.double(), short, attention_factor, length
