@@ -65,10 +65,13 @@ def position_card(config: object) -> PositionCard:
     groups = []
     for layer_type, uses_rope in _group_keys(types, rope):
         layers = tuple(
-            i for i, (t, r) in enumerate(zip(types, rope)) if (t, r) == (layer_type, uses_rope)
+            i
+            for i, key in enumerate(zip(types, rope))
+            if key == (layer_type, uses_rope)
         )
         params = by_type.get("*") if not nested else by_type.get(layer_type)
-        groups.append(_group(data, layer_type, uses_rope and params is not None, layers, params))
+        rotates = uses_rope and params is not None
+        groups.append(_group(data, layer_type, rotates, layers, params))
     lengths = _contexts(data, groups)
     card = PositionCard(
         model_type=data.get("model_type"),
@@ -149,4 +152,5 @@ def _contexts(data: dict, groups: list[LayerGroup]) -> tuple[int | None]:
     found = [value for value in found if value]
     if found:
         return (max(found),)
-    return (data.get("original_max_position_embeddings") or data.get("max_position_embeddings"),)
+    top = data.get("original_max_position_embeddings")
+    return (top or data.get("max_position_embeddings"),)

@@ -121,7 +121,8 @@ class PositionCard:
         for found in self.groups:
             if found.name == name:
                 return found
-        raise KeyError(f"no group {name!r}; the card has {[g.name for g in self.groups]}")
+        names = [g.name for g in self.groups]
+        raise KeyError(f"no group {name!r}; the card has {names}")
 
     def to_dict(self) -> dict:
         """The card as plain Python values (floats, ints, str, lists, dicts); an
@@ -280,7 +281,9 @@ def score_multiplier(params: dict, attention_factor: float, config: dict):
     :data:`MLA_MSCALE_MODEL_TYPES`; the note names what multiplies the scores by
     position (Ministral 3's ``llama_4_scaling_beta``) rather than by one number."""
     multiplier = attention_factor**2
-    notes = [f"attention_factor² = {attention_factor:.6g}²"] if attention_factor != 1 else []
+    notes = []
+    if attention_factor != 1:
+        notes.append(f"attention_factor² = {attention_factor:.6g}²")
     if (
         config.get("model_type") in MLA_MSCALE_MODEL_TYPES
         and params.get("rope_type", "default") != "default"

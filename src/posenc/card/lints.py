@@ -128,7 +128,8 @@ def _factor_ratio(data: dict, card: PositionCard) -> list[Lint]:
                 "original_max_position_embeddings)")))
         if kind == "longrope" and p.get("factor") is None:
             out.append(_lint("factor-ratio", (
-                f"{_layers(group)}: LongRoPE without 'factor': transformers derives s = "
+                f"{_layers(group)}: LongRoPE without 'factor': transformers derives "
+                "s = "
                 f"{longest} / {original} = {implicit:g} for the attention factor and "
                 "asks for an explicit factor; set rope_parameters['factor']"), "note"))
         if kind == "llama3" and original >= longest:
@@ -273,7 +274,8 @@ def _cache(data: dict, card: PositionCard) -> list[Lint]:
             out.append(_lint("longrope-switch", (
                 f"{_layers(group)}: LongRoPE switches from short_factor to long_factor "
                 f"once the sequence passes L = "
-                f"{group.rope_parameters.get('original_max_position_embeddings')}; with "
+                f"{group.rope_parameters.get('original_max_position_embeddings')}; "
+                "with "
                 "a KV cache the keys cached before the switch keep the short rotation "
                 "while new queries use the long one. Re-encode the prompt past L, or "
                 "pick one factor set for the whole generation")))
@@ -299,7 +301,8 @@ def _defaults(data: dict, card: PositionCard) -> list[Lint]:
                 "class's default. Write the base into the config"), "note"))
     if "rope_freqs.weight" in data.get("_gguf_tensors", []):
         out.append(_lint("gguf-rope-freqs", (
-            "the GGUF file carries rope_freqs.weight, per-pair divisors of θ (llama.cpp "
+            "the GGUF file carries rope_freqs.weight, per-pair divisors of θ "
+            "(llama.cpp "
             "stores Llama 3's scaling there, not in metadata); the card's θ′ does not "
             "include them. Read the model's config.json for the scaling")))
     return out

@@ -46,7 +46,10 @@ TOP_LEVEL_ORIGINAL_MODEL_TYPES = ("phi3", "phi4_multimodal")
 
 #: Legacy ``rope_type`` names the config classes rename: Phi-3's "su" and "yarn"
 #: are LongRoPE (Phi3Config), Qwen2-VL's "mrope" is plain RoPE (Qwen2VLConfig).
-_RENAMED = {"phi3": {"su": "longrope", "yarn": "longrope"}, "qwen2_vl": {"mrope": "default"}}
+_RENAMED = {
+    "phi3": {"su": "longrope", "yarn": "longrope"},
+    "qwen2_vl": {"mrope": "default"},
+}
 
 
 def _scaled_types() -> tuple[str, ...]:
@@ -59,7 +62,8 @@ def is_nested(rope_parameters: object) -> bool:
     if not isinstance(rope_parameters, Mapping) or not rope_parameters:
         return False
     return all(
-        str(key).endswith("_attention") and (value is None or isinstance(value, Mapping))
+        str(key).endswith("_attention")
+        and (value is None or isinstance(value, Mapping))
         for key, value in rope_parameters.items()
     )
 
@@ -138,7 +142,7 @@ def _nested_family(config: dict, scaling: object, v5: object) -> dict[str, dict]
     nested = copy.deepcopy(v5) if v5 else {}
     nested.setdefault(FULL, None)
     nested.setdefault(SLIDING, None)
-    nested = {key: dict(value or {"rope_type": "default"}) for key, value in nested.items()}
+    nested = {k: dict(v or {"rope_type": "default"}) for k, v in nested.items()}
     if scaling:
         nested[FULL].update(scaling)
     top = config.get("rope_theta")
@@ -146,7 +150,8 @@ def _nested_family(config: dict, scaling: object, v5: object) -> dict[str, dict]
     if model_type == "olmo3":
         local = top or _default_theta(model_type)
     else:
-        local = config.get("rope_local_base_freq") or _default_theta(model_type, "local")
+        local = config.get("rope_local_base_freq")
+        local = local or _default_theta(model_type, "local")
     nested[SLIDING].setdefault("rope_theta", local)
     for key, entry in nested.items():
         _standardize(entry, config, top_level_original=False)
@@ -208,7 +213,9 @@ def _default_types(model_type, n, window, rope, config) -> list[str]:
         return _pattern(n, config.get("sliding_window_pattern") or 4, SLIDING)
     if model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
         first = config.get("max_window_layers", 28)
-        return [SLIDING if window is not None and i >= first else FULL for i in range(n)]
+        return [
+            SLIDING if window is not None and i >= first else FULL for i in range(n)
+        ]
     if model_type == "qwen3_next":
         return _pattern(n, config.get("full_attention_interval") or 4, LINEAR)
     if model_type in ("llama4_text", "llama4"):

@@ -101,7 +101,8 @@ def _read_path(path: Path) -> tuple[dict, str]:
             "config.json or its .gguf file"
         ) from err
     if not isinstance(data, dict):
-        raise ValueError(f"{path} holds JSON {type(data).__name__}, not a config object")
+        kind = type(data).__name__
+        raise ValueError(f"{path} holds JSON {kind}, not a config object")
     return text_part(data), f"config.json: {path}"
 
 
@@ -146,7 +147,7 @@ def read_gguf_metadata(path: str | Path) -> dict:
     return metadata
 
 
-def _gguf_rope(get, rope_type: str, rotary_dim: int | None, head_dim: int) -> dict:
+def _gguf_rope(get, rope_type: str) -> dict:
     """The ``rope_scaling`` part of :func:`gguf_to_config`."""
     scaling: dict = {"rope_type": rope_type}
     if rope_type in ("linear", "yarn"):
@@ -199,7 +200,9 @@ def gguf_to_config(metadata: Mapping) -> dict:
     width, heads = get("embedding_length"), get("attention.head_count")
     if isinstance(heads, list):  # per-layer head counts: take the first
         heads = heads[0]
-    head_dim = get("attention.key_length") or (width // heads if width and heads else None)
+    head_dim = get("attention.key_length")
+    if not head_dim and width and heads:
+        head_dim = width // heads
     config: dict = {
         "model_type": GGUF_MODEL_TYPES.get(arch, arch),
         "max_position_embeddings": int(get("context_length")),
@@ -224,5 +227,5 @@ def gguf_to_config(metadata: Mapping) -> dict:
         )
     rope_type = GGUF_ROPE_TYPES[scaling_type]
     if rope_type != "default":
-        config["rope_scaling"] = _gguf_rope(get, rope_type, rotary_dim, head_dim)
+        config["rope_scaling"] = _gguf_rope(get, rope_type)
     return config

@@ -48,8 +48,9 @@ def group_rows(group) -> list[tuple[str, str]]:
     """(label, value) pairs summarising a layer group."""
     rows = [("layers", f"{len(group.layers)}: {_layers(group.layers)}")]
     if not group.rope:
-        rows.append(("positions", "none (NoPE)" if group.layer_type != "linear_attention"
-                     else "none (linear attention)"))
+        linear = group.layer_type == "linear_attention"
+        what = "none (linear attention)" if linear else "none (NoPE)"
+        rows.append(("positions", what))
     else:
         rows += [
             ("rope_type", group.rope_type),
