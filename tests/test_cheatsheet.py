@@ -285,7 +285,7 @@ def test_positions_of_padded_and_packed_batches():
     doc_ids = torch.tensor([0, 0, 0, 1, 1])
     assert packed_positions(doc_ids).equal(batch["position_ids"][0])
     assert not document_mask(doc_ids)[3, :3].any()  # the second document sees none of the first
-    on_page("Positions `attention_mask.cumsum(-1) - 1` (`posenc.layers.masks.padded_positions`",
+    on_page("Positions `attention_mask.cumsum(-1) - 1` (`posenc.tools.padded_positions`",
             "positions that restart at 0\n(`packed_positions`, as `DataCollatorWithFlattening` writes them)")
 
 
@@ -308,3 +308,166 @@ def test_rotating_a_rotated_key_adds_the_angles():
     torch.testing.assert_close(apply_rope(apply_rope(k, n), n), apply_rope(k, 2 * n), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(apply_rope(apply_rope(k, n), n2), apply_rope(k, n + n2), atol=1e-5, rtol=1e-5)
     on_page("carries $2n\\theta_i$ while it stays there, $(n +\nn')\\theta_i$ once it moves to slot $n'$")
+
+
+# ---- the code at the end of every entry -------------------------------------------------
+
+
+def snippets() -> dict[str, str]:
+    """Each entry's closing code block, by the entry's label."""
+    found = {}
+    for section in re.split(r"(?m)^(?=\(cs-[\w-]+\)=\n)", PAGE)[1:]:
+        label = re.match(r"\((cs-[\w-]+)\)=", section).group(1)
+        match = re.search(r"```python\n(.*?)```\s*\Z", section, flags=re.S)
+        assert match, f"{label} does not end with a code block"
+        found[label] = match.group(1)
+    return found
+
+
+def rope_config(rope_parameters, head_dim=64, **kwargs):
+    """A transformers LlamaConfig whose heads are ``head_dim`` wide."""
+    return config("LlamaConfig", head_dim=head_dim, hidden_size=4 * head_dim, num_attention_heads=4,
+                  rope_parameters=rope_parameters, **kwargs)
+
+
+def hf_inv_freq(rope_parameters, head_dim=64, seq_len=None, **kwargs):
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    c = rope_config(rope_parameters, head_dim, **kwargs)
+    return ROPE_INIT_FUNCTIONS[rope_parameters["rope_type"]](c, "cpu", seq_len=seq_len)[0]
+
+
+#: The entries whose code check_snippet compares with transformers (or the card's lint);
+#: every other entry's code asserts its own result.
+CHECKED = ("cs-rope-type", "cs-original", "cs-fine-tune", "cs-layout", "cs-partial", "cs-v4-v5",
+           "cs-llama3", "cs-dynamic-cache")
+
+
+def check_snippet(label: str, ns: dict) -> None:
+    """What each entry's code leaves behind, against transformers where it does the same."""
+    if label == "cs-rope-type":
+        torch.testing.assert_close(ns["pi"], hf_inv_freq({"rope_type": "linear", "factor": 2.0, "rope_theta": 1e5}))
+    elif label == "cs-original":
+        assert "factor-ratio" in [lint.id for lint in ns["card"].warnings]
+    elif label == "cs-fine-tune":
+        yarn = {**ns["yarn"], "rope_theta": 1e5}
+        torch.testing.assert_close(__import__("posenc").rope_inv_freq(64, 1e5, ns["yarn"])[0],
+                                   hf_inv_freq(yarn, max_position_embeddings=16384))
+    elif label == "cs-layout":
+        from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor
+
+        processor = LlamaTensorProcessor.__new__(LlamaTensorProcessor)
+        expected = processor._reverse_permute_weights(ns["wk"].numpy(), 9, 3)  # SmolLM2: 9 heads, 3 KV
+        assert ns["k_proj"].equal(torch.as_tensor(expected))
+    elif label == "cs-partial":
+        expected = 1e4 ** (-torch.arange(0, 32, 2, dtype=torch.float64) / 32)
+        torch.testing.assert_close(ns["inv_freq"].double(), expected, rtol=1e-6, atol=0)
+    elif label == "cs-v4-v5":
+        v4 = config("LlamaConfig", head_dim=128, hidden_size=512, num_attention_heads=4, **ns["v4"])
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+        torch.testing.assert_close(ns["inv_freq"], ROPE_INIT_FUNCTIONS["linear"](v4, "cpu")[0])
+    elif label == "cs-llama3":
+        ratio = ns["ratio"]
+        assert ratio[0] == 1 and ratio[-1] == 1 / 8 and ((ratio > 1 / 8) & (ratio < 1)).any()
+        expected = hf_inv_freq({**ns["llama3"], "rope_theta": 5e5}, 128, max_position_embeddings=131072)
+        torch.testing.assert_close(ratio * __import__("posenc").rope_inv_freq(128, 5e5)[0], expected)
+    elif label == "cs-dynamic-cache":
+        dynamic = {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4}
+        expected = hf_inv_freq(dynamic, seq_len=16384, max_position_embeddings=4096)
+        torch.testing.assert_close(ns["inv_freq"], expected)
+
+
+def test_every_entry_ends_with_two_or_three_lines_that_run():
+    found = snippets()
+    assert set(CHECKED) <= set(found)
+    assert len(found) == len(re.findall(r"^\(cs-[\w-]+\)=\n## ", PAGE, flags=re.M))
+    for label, code in found.items():
+        lines = code.strip().splitlines()
+        assert 2 <= len(lines) <= 3, f"{label}: {len(lines)} lines"
+        assert label in CHECKED or "assert" in code, f"{label}: its code checks nothing"
+        assert "posenc" in code, f"{label} uses no posenc"
+        ns: dict = {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            exec(compile(code, f"cheat-sheet {label}", "exec"), ns)
+        check_snippet(label, ns)
+    on_page("Each entry ends with two or three lines of\n`posenc` that the tests run")
+
+
+def test_self_extend_at_four_times_the_context():
+    from posenc import tools
+    from posenc.layers.pretrained import ROPE_CONFIGS
+
+    L = ROPE_CONFIGS["smollm2"]["max_position_embeddings"]
+    reach = tools.self_extend_max_length(L, group_size=8, window_size=L // 4)
+    assert reach / L == 6.25 and reach > 4 * L
+    on_page("For four times the context, group size 8 and a window of $L/4$ keep every distance "
+            "below $L$ up to $6.25L$ tokens (`posenc.tools.self_extend_max_length`)")
+
+
+def test_layout_fix_names_the_tools_that_do_it():
+    from posenc import tools
+
+    assert callable(tools.convert_qk_layout) and callable(tools.convert_rope_layout)
+    on_page("`posenc.tools.convert_qk_layout` converts one\nweight or bias of a checkpoint",
+            "`posenc.tools.convert_rope_layout` converts a whole transformers Llama")
+
+
+def decode_errors() -> dict[str, float]:
+    """The cheat-sheet's measurement: a transformers Llama of 2 layers with random weights
+    (initializer_range 0.2); a batch of a row of 8 tokens and a row of 3 left-padded to 8;
+    the prompt run with padded_positions into a KV cache, then one new token decoded at
+    three kinds of position. Returns the largest difference of the padded row's
+    next-token logits from the row run alone, per kind, and the span of those logits."""
+    from posenc import tools
+
+    c = config("LlamaConfig", vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=2, initializer_range=0.2)
+    c._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(c).eval()
+    T, n = 8, 3
+    g = torch.Generator().manual_seed(0)
+    ids, new = torch.randint(64, (2, T), generator=g), torch.randint(64, (2, 1), generator=g)
+    mask = torch.ones(2, T, dtype=torch.long)
+    mask[1, : T - n] = 0
+    grown = torch.cat([mask, torch.ones(2, 1, dtype=torch.long)], dim=1)
+    decode = {"continue": tools.decode_positions(mask), "T": torch.full((2, 1), T),
+              "restart": torch.zeros(2, 1, dtype=torch.long)}
+    errors = {}
+    with torch.no_grad():
+        alone = model(torch.cat([ids[1:, T - n:], new[1:]], dim=1)).logits[0, -1]
+        errors["span"] = (alone.max() - alone.min()).item()
+        for name, positions in decode.items():
+            prompt = model(ids, attention_mask=mask, position_ids=tools.padded_positions(mask), use_cache=True)
+            step = model(new, attention_mask=grown, position_ids=positions,
+                         past_key_values=prompt.past_key_values).logits[1, -1]
+            errors[name] = (step - alone).abs().max().item()
+    return errors
+
+
+def test_decode_positions_must_continue_the_prompt():
+    errors = decode_errors()
+    assert errors["continue"] < 1e-5
+    assert f"{errors['span']:.1f}" == "7.0"
+    assert f"{errors['T']:.1f}" == "3.9" and f"{errors['restart']:.1f}" == "3.7"
+    on_page("in a batch of a row of 8 tokens and a row of 3 tokens left-padded to 8: the padded row's "
+            "next-token logits span 7.0",
+            "Decoding at positions that continue the prompt gives them within 1e-5 of the row run alone",
+            "Decoding at $T = 8$ changes them by up to 3.9, and decoding at positions that restart at 0 "
+            "by up to 3.7",
+            "Decode at `posenc.tools.decode_positions(attention_mask, steps)`, the count of real tokens "
+            "so far, as transformers' `generate` does")
+    # the rule is generate's: its position_ids for the decoding steps are decode_positions
+    from posenc import tools
+
+    model = transformers.LlamaForCausalLM(config(
+        "LlamaConfig", vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=4, num_key_value_heads=2, pad_token_id=0, bos_token_id=1, eos_token_id=2)).eval()
+    seen = []
+    model.model.register_forward_pre_hook(lambda m, a, kw: seen.append(kw["position_ids"]), with_kwargs=True)
+    mask = torch.tensor([[0, 0, 0, 0, 0, 1, 1, 1], [1] * 8])
+    model.generate(input_ids=torch.full((2, 8), 5), attention_mask=mask, max_new_tokens=3,
+                   min_new_tokens=3, do_sample=False)
+    assert torch.cat(seen[1:], dim=1).equal(tools.decode_positions(mask, steps=2))
