@@ -108,6 +108,23 @@ def test_import_posenc_answers_every_namespace_and_stays_light():
     assert "'self_extend', 'rerope', 'dual_chunk'" in listed["message"]
 
 
+def test_a_missing_card_is_said_clearly():
+    """Without posenc.card (an older posenc), asking for the card names what is missing."""
+    found = fresh(
+        "import json, sys\n"
+        "sys.modules['posenc.card'] = None  # as if the module were not there\n"
+        "import posenc, posenc.tools\n"
+        "messages = []\n"
+        "for get in (lambda: posenc.position_card, lambda: posenc.tools.PositionCard):\n"
+        "    try:\n        get()\n"
+        "    except ImportError as e:\n        messages.append(str(e))\n"
+        "print(json.dumps({'messages': messages}))"
+    )
+    assert len(found["messages"]) == 2
+    for message in found["messages"]:
+        assert "comes from posenc.card, which this version of posenc does not have" in message
+
+
 # ---- positions of a padded batch --------------------------------------------------------
 
 
