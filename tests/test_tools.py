@@ -108,6 +108,18 @@ def test_import_posenc_answers_every_namespace_and_stays_light():
     assert "'self_extend', 'rerope', 'dual_chunk'" in listed["message"]
 
 
+def test_the_tools_import_with_torch_and_numpy_alone():
+    """``import posenc.tools`` loads none of the extras' packages (the lean install has
+    torch and numpy only); what needs them loads when it is first used."""
+    found = fresh(
+        "import json, sys, posenc.tools\n"
+        "heavy = ('posenc.layers.train', 'posenc.layers.pretrained', 'posenc.card',"
+        " 'platformdirs', 'filelock', 'safetensors', 'transformers', 'pandas', 'matplotlib')\n"
+        "print(json.dumps({'loaded': [m for m in heavy if m in sys.modules]}))"
+    )
+    assert found["loaded"] == []
+
+
 def test_a_missing_card_is_said_clearly():
     """Without posenc.card (an older posenc), asking for the card names what is missing."""
     found = fresh(

@@ -28,7 +28,9 @@ that module's) or a thin wrapper documented here. By task:
 
 Imports: this module is a façade at the level of :mod:`posenc.layers` (it imports
 the encodings and the layers, nothing above); ``posenc.tools`` is imported only when
-asked for, so ``import posenc`` stays light.
+asked for, so ``import posenc`` stays light. It imports with torch and numpy alone:
+:func:`swap_rope` and :func:`permute_qk_rows` (which work on transformers models) and
+the card load on first use.
 
 Shapes: B batch, T tokens, H heads, d_h ``head_dim``.
 """
@@ -40,7 +42,6 @@ import torch
 from ._checks import check_int
 from .alibi import alibi_bias, alibi_slopes
 from .layers.masks import padded_positions
-from .layers.pretrained import permute_qk_rows, swap_rope
 from .layers.remapped_attention import (
     dual_chunk_attention,
     rerope_attention,
@@ -76,16 +77,25 @@ __all__ = [
 
 #: Names served from :mod:`posenc.card` on first use (that module may be absent).
 _CARD_NAMES = ("position_card", "PositionCard")
+#: Names served from :mod:`posenc.layers.pretrained.swap` on first use: that package
+#: also holds the wheel fetcher, whose imports the lean install does not have.
+_SWAP_NAMES = ("permute_qk_rows", "swap_rope")
 
 
 def __getattr__(name: str):
-    """``position_card`` and ``PositionCard``, imported from :mod:`posenc.card` when
-    first asked for.
+    """``position_card`` and ``PositionCard`` (:mod:`posenc.card`), ``swap_rope`` and
+    ``permute_qk_rows`` (:mod:`posenc.layers.pretrained.swap`), imported when first
+    asked for.
 
     Raises:
-        ImportError: this version of posenc has no :mod:`posenc.card`.
+        ImportError: this version of posenc has no :mod:`posenc.card`; a package the
+            pretrained models' layer needs is not installed.
         AttributeError: any other unknown name.
     """
+    if name in _SWAP_NAMES:
+        from .layers.pretrained import swap
+
+        return getattr(swap, name)
     if name in _CARD_NAMES:
         try:
             from . import card

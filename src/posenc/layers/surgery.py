@@ -15,7 +15,6 @@ import torch
 from .._checks import check_choice
 from ..layout import convert_qk_layout
 from ..rope import ROPE_LAYOUTS
-from .pretrained.swap import rope_config
 
 
 def convert_rope_layout(model, layout: str, *, source: str | None = None):
@@ -120,6 +119,10 @@ def _llama_attention_layers(model) -> list | None:
 
 
 def _convert_transformers(model, layout: str, source: str):
+    # here, not at the top: the pretrained package also holds the wheel fetcher, whose
+    # imports a lean install (torch and numpy alone) does not have
+    from .pretrained.swap import rope_config
+
     converted = copy.deepcopy(model).eval()
     rotary_dim = rope_config(model)["rotary_dim"]
     with torch.no_grad():
