@@ -6,6 +6,13 @@ torch 2.7: FlexAttention on the CPU (2.6; 2.5 on CUDA), scaled_dot_product_atten
 benchmarks). transformers 5 (``posenc[pretrained]``, the reference implementation of the
 tests and the loader of the real models) needs torch 2.6 itself and is checked by
 :mod:`posenc.layers.pretrained` when a real model is loaded.
+
+The optional packages, by extra of pyproject.toml (:data:`EXTRAS`): ``pip install
+posenc`` brings torch and numpy only. When a posenc module imports a package of an
+extra that is not installed, :class:`MissingExtraFinder` (installed at ``import
+posenc``) turns Python's "No module named ..." into a ModuleNotFoundError that names
+the extra to install (:func:`missing_extra_message`); :func:`ensure_installed` installs
+the book's pins of the packages a chapter needs beyond its extra.
 """
 
 from __future__ import annotations
