@@ -7,9 +7,9 @@ installed, and a module that needs an extra fails with an ImportError that names
 
 The environment is built once per run of this module, in a temporary folder removed
 afterwards; one probe script runs in it and the tests read what it found. On the
-project's 2-core machine, busy with other work: torch and numpy 42 s (torch's local
-wheel, about 1 GB of files), posenc 26 s (built from a copy of this checkout), the probe
-21 s; under two minutes in all.
+project's 2-core machine, busy with other work: torch and numpy 28–42 s (torch's local
+wheel, about 1 GB of files), posenc 12–26 s (built from a copy of this checkout), the
+probe 8–21 s, removing the environment up to a minute; about two minutes in all.
 """
 
 from __future__ import annotations
