@@ -144,14 +144,10 @@ def test_transformers_reads_the_config(slug):
 
 
 #: released configs posenc does not read as transformers does (bugs in posenc)
-POSENC_DISAGREES = {
-    "llama-4-scout": (
-        "posenc refuses llama3 scaling with low_freq_factor == high_freq_factor (1.0 "
-        "and 1.0 in Llama 4 Scout's released config: ValueError 'low_freq_factor must "
-        "be below high_freq_factor'); transformers 5.23 only warns and computes the "
-        "rule with an empty blended band: pairs 0-34 kept, pairs 35-63 divided by 16"
-    ),
-}
+#: Released configs on which posenc and transformers disagree, each with the numbers:
+#: a strict xfail, so that a fix removes its entry. (Llama 4 Scout's low_freq_factor =
+#: high_freq_factor = 1 was one until posenc.scaling accepted an empty blended band.)
+POSENC_DISAGREES: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(

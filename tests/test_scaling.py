@@ -161,7 +161,7 @@ def test_all_types_return_float32_half_dim():
     ({"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 64, "beta_fast": 1, "beta_slow": 2},
      ValueError, "beta_fast must exceed beta_slow"),
     ({"rope_type": "llama3", "factor": 2.0, "original_max_position_embeddings": 64, "low_freq_factor": 4,
-      "high_freq_factor": 1}, ValueError, "low_freq_factor must be below"),
+      "high_freq_factor": 1}, ValueError, "low_freq_factor must not exceed"),
     ("linear", TypeError, "must be None or a dict"),
 ])
 def test_bad_scaling_is_named(scaling, error, message):

@@ -217,9 +217,9 @@ def _check_llama3(out: dict) -> None:
     """Validate the llama3 part of a scaling dict."""
     low = _positive("low_freq_factor", out["low_freq_factor"])
     high = _positive("high_freq_factor", out["high_freq_factor"])
-    if low >= high:
+    if low > high:
         raise ValueError(
-            f"low_freq_factor must be below high_freq_factor, got {low} and {high}"
+            f"low_freq_factor must not exceed high_freq_factor, got {low} and {high}"
         )
 
 
@@ -463,13 +463,19 @@ def _yarn(dim: int, base: float, scaling: dict, seq_len: int | None):
 def _llama3(dim: int, base: float, scaling: dict, seq_len: int | None):
     """Llama 3.1: interpolate wavelengths longer than L/low_freq_factor by s, keep
     those shorter than L/high_freq_factor, blend in L/λ between (Meta's reference
-    ``apply_scaling``)."""
+    ``apply_scaling``). With low_freq_factor = high_freq_factor (Llama 4 Scout's
+    released config: both 1) there is no blended band: a pair is kept when
+    L/λ ≥ low, interpolated otherwise (transformers 5.23
+    ``_compute_llama3_parameters`` computes the same, warning only)."""
     inv_freq, factor = compute_inv_freq(dim, base), scaling["factor"]
     original = scaling["original_max_position_embeddings"]
     low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
     wavelength = 2 * math.pi / inv_freq
     # 0: interpolate, 1: keep
-    smooth = ((original / wavelength - low) / (high - low)).clamp(0, 1)
+    if high == low:
+        smooth = (original / wavelength >= low).to(inv_freq.dtype)
+    else:
+        smooth = ((original / wavelength - low) / (high - low)).clamp(0, 1)
     return (1 - smooth) * inv_freq / factor + smooth * inv_freq, 1.0
 
 
