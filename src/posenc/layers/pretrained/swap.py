@@ -208,9 +208,11 @@ def _method_attention(
     attends from the un-rotated q and every cached key, rotating them itself.
 
     Each row of the batch attends as it would alone: the keys its last query may not
-    see (the row's left padding, read from the attention mask) are dropped, the rest
-    sit at consecutive positions ending at the row's last query's ``position_ids``;
-    a padding query's output is zero."""
+    see (the row's left padding, read from the 4-D attention mask of
+    ``attn_implementation`` ``"sdpa"`` or ``"eager"``) are dropped, the rest sit at
+    consecutive positions ending at the row's last query's ``position_ids`` (pass
+    ``posenc.tools.padded_positions(attention_mask)``, then ``decode_positions``); a
+    padding query's output is zero."""
     if past_key_values is not None:
         k, v = past_key_values.update(k, v, attn.layer_idx)
     name = rope["attention"].name
@@ -407,6 +409,19 @@ def _check_extras(attention, streaming, num_layers: int) -> None:
         )
 
 
+def _checked_inv_freq(model, head_dim: int, inv_freq) -> torch.Tensor:
+    """swap_rope's frequencies: ``base^(−2i/head_dim)`` with the model's base by
+    default; a given one checked to be (rotary_dim/2,) with rotary_dim ≤ head_dim."""
+    if inv_freq is None:
+        return compute_inv_freq(head_dim, rope_config(model)["base"])
+    if inv_freq.dim() != 1 or not 0 < 2 * inv_freq.numel() <= head_dim:
+        raise ValueError(
+            f"inv_freq must have shape (rotary_dim/2,) with rotary_dim <= head_dim = "
+            f"{head_dim}, got {tuple(inv_freq.shape)}"
+        )
+    return inv_freq
+
+
 @contextlib.contextmanager
 def swap_rope(
     model: torch.nn.Module,
@@ -422,78 +437,50 @@ def swap_rope(
     """Run a Llama-style transformers model with posenc's RoPE instead of its own.
 
     Inside the ``with`` block every attention layer projects q, k and v with the
-    model's weights, applies the layer's ``q_norm`` and ``k_norm`` where transformers
-    does (per head: Qwen3; on the whole projection: OLMo 2), rotates q and k with
-    :func:`posenc.rope.apply_rope` at the model's ``position_ids`` ((B, T): one row per
-    sequence) and attends with the model's attention implementation; transformers'
-    rotary tables are ignored. On exit the model is as it was.
-
-    Before swapping, each kind of layer is run both ways with the model's own rotary
-    embedding on 5 random tokens: a layer the swap would not reproduce (Gemma 2's
-    soft-cap, gpt-oss's sinks, Llama 4's norm after RoPE and NoPE layers, Gemma 3's
-    per-layer-type rotary embeddings, another layout) is refused with a TypeError
-    rather than silently replaced.
+    model's weights, applies ``q_norm``/``k_norm`` where transformers does (per head:
+    Qwen3; the whole projection: OLMo 2), rotates q and k with
+    :func:`posenc.rope.apply_rope` at the model's ``position_ids`` (B, T) and attends
+    with the model's attention implementation. On exit the model is as it was. A
+    layer the swap would not reproduce (a soft-cap, sinks, Llama 4, per-layer-type
+    RoPE, another layout) is refused, never replaced (:func:`_check_reproduced`).
 
     Args:
-        model: a Llama-style model (``LlamaForCausalLM``, ``Qwen3ForCausalLM``,
-            ``Olmo2ForCausalLM``, ``MistralForCausalLM``, ...) with one rotary
-            embedding, ``model.model.rotary_emb``.
-        inv_freq: (rotary_dim/2,) frequencies θ_i in radians per position, e.g. from
-            :func:`posenc.scaling.rope_inv_freq`; default ``base^(−2i/head_dim)`` with
-            the model's base (unscaled: pass ``model.model.rotary_emb.inv_freq`` and
-            its ``attention_scaling`` for the model's own RoPE).
+        model: a Llama-style model (Llama, Mistral, Qwen2/3, OLMo 2, ...) with one
+            rotary embedding, ``model.model.rotary_emb``.
+        inv_freq: (rotary_dim/2,) frequencies θ_i in radians per position; default
+            ``base^(−2i/head_dim)`` with the model's base (unscaled; the model's own:
+            its rotary embedding's ``inv_freq`` and ``attention_scaling``).
         attention_factor: multiplies cos and sin (YaRN's temperature).
-        layout: ``"half"`` (the layout transformers' Llama weights expect) or
-            ``"interleaved"``.
-        rotate: False rotates nothing (no positional information at all: the model
-            sees only the causal mask).
+        layout: ``"half"`` (transformers' Llama weights) or ``"interleaved"``.
+        rotate: False rotates nothing (the model sees only the causal mask).
         record: called as ``record(layer_index, q, k)`` with the unrotated q (B, H, T,
-            d_h) and k (B, H_kv, T, d_h) of every layer (after q_norm and k_norm),
-            e.g. to collect their norms.
-        streaming: a :class:`~posenc.layers.kv_cache.StreamingKVCache` with one layer
-            per attention layer: keys are kept there unrotated and rotated at their
-            cache slots (StreamingLLM); the model is then called with ``position_ids``
-            the cache's ``next_positions`` and ``use_cache=False``, one sequence (see
-            :func:`streaming_token_losses`).
-        attention: a scheme of the registry's ``"attention"`` namespace
-            (:mod:`posenc.layers.remapped_schemes`) built with the model's RoPE
-            settings (:func:`posenc.tools.attention_method`): it replaces rotation and
-            attention (then ``inv_freq``, ``attention_factor`` and ``layout`` are
-            unused); the cache then holds un-rotated keys. A left-padded batch works:
-            each row attends as it would alone, its pads (read from the 4-D attention
-            mask of ``attn_implementation`` ``"sdpa"`` or ``"eager"``) dropped, its
-            tokens at consecutive positions ending at its ``position_ids`` (pass
-            ``posenc.tools.padded_positions(attention_mask)``); a padding token's
-            attention output is zero.
+            d_h) and k (B, H_kv, T, d_h) of every layer, after q_norm and k_norm.
+        streaming: a :class:`~posenc.layers.kv_cache.StreamingKVCache`, one layer per
+            attention layer: keys kept unrotated, rotated at their cache slots
+            (StreamingLLM); one sequence (see :func:`streaming_token_losses`).
+        attention: a scheme of the registry's ``"attention"`` namespace built with the
+            model's RoPE (:func:`posenc.tools.attention_method`): it replaces rotation
+            and attention; the cache holds un-rotated keys; a left-padded batch
+            attends row by row as alone (:func:`_method_attention`).
 
     Yields:
         The model.
 
     Raises:
-        TypeError: a model without Llama-style attention layers or a single rotary
-            embedding; a layer the swap does not reproduce (the message names it);
-            ``rotate`` not a bool.
-        ValueError: an unknown layout; inv_freq not 1-D or longer than head_dim/2.
-            Inside the block, with ``attention``: right padding, a sliding window or
-            positions not consecutive within a row; with ``streaming``: rows with
-            different positions.
+        TypeError: no Llama-style attention layers or single rotary embedding; a
+            layer the swap does not reproduce (named); ``rotate`` not a bool.
+        ValueError: an unknown layout; inv_freq not 1-D or longer than head_dim/2;
+            inside the block, with ``attention``, right padding, a sliding window or
+            a gap in a row's positions; with ``streaming``, rows at other positions.
 
-    Source: transformers 5.23, ``models/llama/modeling_llama.py``
-    (``LlamaAttention.forward``), ``models/qwen3/modeling_qwen3.py`` and
-    ``models/olmo2/modeling_olmo2.py`` (where q_norm and k_norm act).
+    Source: transformers 5.23, ``models/llama/modeling_llama.py``,
+    ``models/qwen3/modeling_qwen3.py``, ``models/olmo2/modeling_olmo2.py``.
     """
     layers = _attention_layers(model)
+    inv_freq = _checked_inv_freq(model, layers[0].head_dim, inv_freq)
     layout = check_choice("layout", layout, ROPE_LAYOUTS)
     if not isinstance(rotate, bool):
         raise TypeError(f"rotate must be a bool, got {rotate!r}")
-    head_dim = layers[0].head_dim
-    if inv_freq is None:
-        inv_freq = compute_inv_freq(head_dim, rope_config(model)["base"])
-    if inv_freq.dim() != 1 or not 0 < 2 * inv_freq.numel() <= head_dim:
-        raise ValueError(
-            f"inv_freq must have shape (rotary_dim/2,) with rotary_dim <= head_dim = "
-            f"{head_dim}, got {tuple(inv_freq.shape)}"
-        )
     _check_extras(attention, streaming, len(layers))
     _check_reproduced(model, layers)
     device = next(model.parameters()).device
