@@ -10,7 +10,12 @@ public names they define) and from ``posenc.tools`` when it exists, whose signat
 has a parameter ``positions``, ``position_ids`` or ``*_positions``. Each needs an entry
 in ``CASES`` saying how to call it; a new one without an entry fails
 ``test_every_public_function_with_positions_has_an_entry``. The registered schemes
-inside the layers are tests/test_positions_contract.py's."""
+inside the layers are tests/test_positions_contract.py's.
+
+The mask case: a function that also takes an ``attention_mask`` needs an entry in
+``MASK_CASES`` too, and a left-padded batch with its mask and ``padded_positions(mask)``
+must give, on each row's real tokens, exactly what that row alone without its pads gives
+(the pads' own rows are zeros)."""
 
 from __future__ import annotations
 
@@ -194,6 +199,86 @@ def test_per_sequence_positions_give_each_sequence_alone(name, batch, heads):
     with torch.no_grad():
         batched, alone = CASES[name](fn, batch, heads)
     assert_each_row_alone(batched, alone, batch)
+
+
+# ------------------------------------------------------------------- the mask case
+
+MASK_PARAMETER = "attention_mask"
+
+
+def padded(batch: int) -> torch.Tensor:
+    """(batch, T) masks: no pad, 3 left pads, 5 left pads, and a right-padded row."""
+    mask = torch.ones(4, T, dtype=torch.long)
+    mask[1, :3], mask[2, :5], mask[3, -2:] = 0, 0, 0
+    return mask[:batch]
+
+
+def _call_remapped_masked(**settings):
+    """A padded batch with its mask: (the batched outputs, and weights, on each row's
+    real tokens, [each row alone without its pads], the pads' rows of the outputs and
+    the pads' rows and columns of the weights, which must be zeros)."""
+    def call(fn, batch, heads):
+        kv_heads = heads // 2 if heads % 2 == 0 else heads
+        q = randn(batch, heads, T, 8)
+        k, v = randn(batch, kv_heads, T, 8, seed=1), randn(batch, kv_heads, T, 8, seed=2)
+        mask = padded(batch)
+        out = fn(q, k, v, padded_positions(mask), attention_mask=mask, **settings)
+        batched, alone, pads = [], [], []
+        for b, real in enumerate(mask.bool()):
+            row = [x[b : b + 1, :, real] for x in (q, k, v)]
+            alone.append(fn(*row, **settings))
+            parts = [part[b : b + 1] for part in _as_list(out)]  # (out, weights)
+            batched.append((parts[0][:, :, real], *(w[:, :, real][..., real] for w in parts[1:])))
+            pads += [part[:, :, ~real] for part in parts] + [w[..., ~real] for w in parts[1:]]
+        return batched, alone, pads
+
+    return call
+
+
+#: How to call each public function that takes positions and an attention_mask.
+MASK_CASES = {
+    "posenc.layers.remapped_attention.self_extend_attention": _call_remapped_masked(**SELF_EXTEND),
+    "posenc.layers.remapped_attention.self_extend_attention_reference": _call_remapped_masked(**SELF_EXTEND),
+    "posenc.layers.remapped_attention.rerope_attention": _call_remapped_masked(**RERoPE),
+    "posenc.layers.remapped_attention.rerope_attention_reference": _call_remapped_masked(**RERoPE),
+    "posenc.layers.remapped_attention.dual_chunk_attention": _call_remapped_masked(**DCA),
+    "posenc.layers.remapped_attention.dual_chunk_attention_reference": _call_remapped_masked(**DCA),
+}
+
+
+def test_every_public_function_with_positions_and_a_mask_has_a_mask_entry():
+    found = {
+        name for name, fn in public_functions_with_positions().items()
+        if MASK_PARAMETER in inspect.signature(fn).parameters
+    }
+    assert found == set(MASK_CASES), "add or drop MASK_CASES entries for these"
+
+
+@pytest.mark.parametrize("batch, heads", [(4, 4), (3, 2)])
+@pytest.mark.parametrize("name", MASK_CASES)
+def test_a_padded_batch_with_its_mask_gives_each_sequence_alone_without_its_pads(
+    name, batch, heads
+):
+    fn = public_functions_with_positions()[name]
+    with torch.no_grad():
+        batched, alone, pads = MASK_CASES[name](fn, batch, heads)
+    for got, expected in zip(batched, alone, strict=True):
+        for part, exp in zip(got, _as_list(expected), strict=True):
+            assert part.shape == exp.shape, (part.shape, exp.shape)
+            torch.testing.assert_close(part, exp, rtol=0, atol=1e-12)
+    assert all(bool((pad == 0).all()) for pad in pads)
+
+
+def test_the_mask_check_catches_pads_attended_as_keys():
+    """The mask case can fail: the same call with the mask ignored (the remapped
+    attentions before it existed) attends the pads at position 0 and is caught."""
+    def ignoring_the_mask(q, k, v, positions=None, attention_mask=None, **settings):
+        return posenc.layers.remapped_attention.self_extend_attention(q, k, v, positions, **settings)
+
+    batched, alone, _ = _call_remapped_masked(**SELF_EXTEND)(ignoring_the_mask, 3, 2)
+    with pytest.raises(AssertionError):
+        for got, expected in zip(batched, alone, strict=True):
+            torch.testing.assert_close(got[0], expected, rtol=0, atol=1e-12)
 
 
 def test_the_check_catches_positions_broadcast_over_the_heads():

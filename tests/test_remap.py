@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from posenc.layers.attention import attention_reference
+from posenc.layers.masks import padded_positions
 from posenc.layers.remapped_attention import (
     dual_chunk_attention,
     dual_chunk_attention_reference,
@@ -459,6 +460,156 @@ def test_relative_rope_scores_take_one_distance_matrix_per_sequence():
         alone = relative_rope_scores(q[b : b + 1], k[b : b + 1], d[b])
         assert (got[b : b + 1] - alone).abs().max().item() < 1e-12
     assert (got[:1] - relative_rope_scores(q[:1], k[:1], d[1])).abs().max().item() > 1e-3
+
+
+# --------------------------------------------------------------------------------------
+# A padded batch: the attention_mask drops each row's pads
+# --------------------------------------------------------------------------------------
+
+PADS = (0, 6, 15)  # left pads per row of a (3, 21) batch: 21, 15 and 6 real tokens
+
+
+def padded_batch(pads=PADS, width=21, left=True, seed=8):
+    """q (B, 4, T, 8) with grouped-query k, v (B, 2, T, 8), float64; the mask (B, T),
+    1 on real tokens; positions from padded_positions(mask), as a server's."""
+    g = torch.Generator().manual_seed(seed)
+    batch = len(pads)
+    q = torch.randn(batch, 4, width, 8, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(batch, 2, width, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    mask = torch.ones(batch, width, dtype=torch.long)
+    for b, pad in enumerate(pads):
+        if pad:
+            mask[b, :pad] = 0 if left else 1
+            if not left:
+                mask[b, width - pad :] = 0
+    return q, k, v, mask, padded_positions(mask)
+
+
+def alone_without_pads(fn, q, k, v, mask, b, **kw):
+    """Row b run alone on its real tokens, with the default positions 0..n−1."""
+    real = mask[b].bool()
+    return fn(q[b : b + 1, :, real], k[b : b + 1, :, real], v[b : b + 1, :, real], **kw)
+
+
+@pytest.mark.parametrize("left", [True, False], ids=["left", "right"])
+@pytest.mark.parametrize("name", METHODS)
+def test_a_padded_batch_with_its_mask_gives_each_row_alone_without_its_pads(name, left):
+    """For the fast path and the reference, with grouped-query keys: each row's real
+    tokens get exactly (float64, 1e-12) the output of that row alone without its pads;
+    the pads' rows are zeros; the reference gives the pads no weight. Without the mask
+    the pads are attended as keys at position 0, and the rows differ."""
+    fast, reference, _, kw = METHODS[name]
+    q, k, v, mask, positions = padded_batch(left=left)
+    out = fast(q, k, v, positions, attention_mask=mask, **kw)
+    ref, weights = reference(q, k, v, positions, attention_mask=mask, **kw)
+    for b in range(len(PADS)):
+        real = mask[b].bool()
+        alone = alone_without_pads(fast, q, k, v, mask, b, **kw)
+        alone_ref, alone_weights = alone_without_pads(reference, q, k, v, mask, b, **kw)
+        torch.testing.assert_close(out[b : b + 1, :, real], alone, rtol=0, atol=1e-12)
+        torch.testing.assert_close(ref[b : b + 1, :, real], alone_ref, rtol=0, atol=1e-12)
+        torch.testing.assert_close(ref[b : b + 1, :, real], alone, rtol=0, atol=1e-12)
+        kept = weights[b : b + 1][:, :, real][..., real]
+        torch.testing.assert_close(kept, alone_weights, rtol=0, atol=1e-12)
+        assert bool((out[b][:, ~real] == 0).all()) and bool((ref[b][:, ~real] == 0).all())
+        assert bool((weights[b][..., ~real] == 0).all())  # no weight on a pad key
+        assert bool((weights[b][:, ~real] == 0).all())  # nor from a pad query
+    unmasked = fast(q, k, v, positions, **kw)
+    real = mask[1].bool()
+    alone = alone_without_pads(fast, q, k, v, mask, 1, **kw)
+    assert (unmasked[1:2, :, real] - alone).abs().max().item() > 1e-3
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_decoding_a_padded_batch_with_its_mask_gives_the_full_pass(name):
+    """The last T_q queries of a left-padded batch against every key, the mask covering
+    the keys (a KV cache's too): the full pass's last rows, each row's as alone."""
+    fast, reference, _, kw = METHODS[name]
+    q, k, v, mask, positions = padded_batch()
+    full = fast(q, k, v, positions, attention_mask=mask, **kw)
+    for t in (1, 4):
+        step = fast(q[..., -t:, :], k, v, positions, attention_mask=mask, **kw)
+        torch.testing.assert_close(step, full[..., -t:, :], rtol=0, atol=1e-12)
+        ref, _ = reference(q[..., -t:, :], k, v, positions, attention_mask=mask, **kw)
+        torch.testing.assert_close(ref, full[..., -t:, :], rtol=0, atol=1e-12)
+
+
+def test_the_two_band_methods_keep_the_fused_path_under_a_mask(monkeypatch):
+    """Each row's pads are dropped before it attends, so a left-padded prefill on
+    padded_positions is a whole prefill on consecutive positions: one fused call per
+    row, and no O(T²) tensor (the fused path never holds one)."""
+    import posenc.layers.remapped_attention as ra
+
+    calls = []
+    fused = ra._two_bands_fused
+    monkeypatch.setattr(ra, "_two_bands_fused", lambda *a: calls.append(a[0].shape) or fused(*a))
+    q, k, v, mask, positions = padded_batch()
+    for fn, kw in ((self_extend_attention, dict(group_size=3, window_size=6)), (rerope_attention, dict(window=5))):
+        calls.clear()
+        fn(q, k, v, positions, attention_mask=mask, **kw)
+        assert [shape[-2] for shape in calls] == [21 - pad for pad in PADS]
+
+
+def test_the_mask_matches_transformers_sdpa_on_a_left_padded_batch():
+    """With windows covering the whole row, each method is ordinary RoPE attention; on a
+    left-padded batch it then equals transformers 5.23's sdpa attention under the
+    causal mask transformers builds from the same attention_mask (create_causal_mask),
+    the pads' rows included (zeros there: every key of a left pad's row is masked)."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import create_causal_mask
+
+    q, k, v, mask, positions = padded_batch()
+    config = transformers.LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2)
+    config._attn_implementation = "sdpa"
+    causal = create_causal_mask(
+        config=config, inputs_embeds=torch.zeros(3, 21, 32, dtype=torch.float64),
+        attention_mask=mask, past_key_values=None, position_ids=positions,
+    )
+    module = torch.nn.Module()
+    module.num_key_value_groups, module.is_causal, module.config = 2, True, config
+    rotated = [apply_rope(x, positions[:, None]) for x in (q, k)]
+    expected, _ = sdpa_attention_forward(module, *rotated, v, causal, scaling=8**-0.5)
+    expected = expected.transpose(1, 2)  # transformers returns (B, T, H, d_h)
+    assert bool((expected[1, :, :6] == 0).all())  # a left pad's row: zeros
+    for fn, kw in (
+        (self_extend_attention, dict(group_size=4, window_size=21)),
+        (rerope_attention, dict(window=21)),
+        (dual_chunk_attention, dict(chunk_size=21, pretraining_length=30)),
+    ):
+        got = fn(q, k, v, positions, attention_mask=mask, **kw)
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+
+
+def test_a_mask_of_ones_is_no_mask_and_gradients_are_the_reference_ones():
+    q, k, v, mask, positions = padded_batch()
+    kw = dict(group_size=3, window_size=6)
+    ones = torch.ones_like(mask, dtype=torch.bool)
+    assert torch.equal(self_extend_attention(q, k, v, attention_mask=ones, **kw), self_extend_attention(q, k, v, **kw))
+    grads = []
+    for fn in (self_extend_attention, lambda *a, **o: self_extend_attention_reference(*a, **o)[0]):
+        qkv = [x.clone().requires_grad_() for x in (q, k, v)]
+        (fn(*qkv, positions, attention_mask=mask, **kw) * q).sum().backward()
+        grads.append(torch.cat([x.grad.flatten() for x in qkv]))
+    assert bool(torch.isfinite(grads[0]).all())
+    torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "mask, error, words",
+    [
+        ([[1, 1]], TypeError, "attention_mask must be a tensor"),
+        (torch.full((3, 21), 2), ValueError, r"0/1 or bool mask.*got 2 at index \(0, 0\)"),
+        (torch.ones(3, 20), ValueError, r"\(B, T_k\) = \(3, 21\).*got mask \(3, 20\)"),
+        (torch.ones(21), ValueError, r"\(B, T_k\) = \(3, 21\).*got mask \(21,\)"),
+        (torch.ones(3, 21, dtype=torch.complex64), ValueError, "complex"),
+    ],
+)
+def test_a_bad_mask_is_refused_naming_the_value_and_the_rule(mask, error, words):
+    q, k, v, _, positions = padded_batch()
+    for fn in (self_extend_attention, self_extend_attention_reference):
+        with pytest.raises(error, match=words):
+            fn(q, k, v, positions, attention_mask=mask, group_size=2, window_size=4)
 
 
 # --------------------------------------------------------------------------------------

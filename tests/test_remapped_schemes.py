@@ -127,6 +127,39 @@ def test_per_row_positions_in_the_one_attention_give_each_row_alone(name, impl):
         assert (shifted - batched[1:]).abs().max().item() > 1e-6
 
 
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("name", METHODS)
+def test_attend_takes_a_padding_mask_and_gives_each_row_alone_without_its_pads(
+    name, need_weights
+):
+    """attend(..., attention_mask=(B, T_k)), as swap_rope passes transformers' mask: a
+    left-padded batch at padded_positions gives each row's real tokens what the row
+    alone without its pads gets, the pads' rows zeros (fast path and reference)."""
+    from posenc.layers.masks import padded_positions
+
+    scheme = build_scheme(
+        name, namespace="attention", d_model=D_MODEL, num_heads=HEADS, **METHODS[name]
+    )
+    g = torch.Generator().manual_seed(9)
+    q, k, v = (torch.randn(2, HEADS, T, 16, generator=g, dtype=torch.float64) for _ in range(3))
+    mask = torch.ones(2, T, dtype=torch.bool)
+    mask[1, :11] = False
+    positions = padded_positions(mask)[:, None]  # (B, 1, T), as the attention's
+    options = dict(scale=0.25, need_weights=need_weights)
+    out, _ = scheme.attend(q, k, v, positions, positions, attention_mask=mask, **options)
+    for b in range(2):
+        real = mask[b]
+        n = int(real.sum())
+        alone, _ = scheme.attend(
+            q[b : b + 1, :, real], k[b : b + 1, :, real], v[b : b + 1, :, real],
+            torch.arange(n)[None, None], torch.arange(n)[None, None], **options,
+        )
+        assert (out[b : b + 1, :, real] - alone).abs().max().item() < 1e-12
+        assert bool((out[b][:, ~real] == 0).all())
+    unmasked, _ = scheme.attend(q, k, v, positions, positions, **options)
+    assert (unmasked[1:, :, mask[1]] - out[1:, :, mask[1]]).abs().max().item() > 1e-3
+
+
 def test_the_fast_path_in_small_blocks_equals_the_reference(monkeypatch):
     """Many query blocks, each case over only its own key columns."""
     monkeypatch.setattr(ra, "BLOCK_ENTRIES", 3 * T)  # 3 query rows per block

@@ -36,7 +36,11 @@ of H_kv, else a ValueError). ``positions`` are the keys' absolute positions, int
 (T_k,) for every sequence alike (default 0..T_k−1), or (B, T_k), one row per sequence
 as transformers' ``position_ids`` (a padded batch: each row is computed as if it ran
 alone, with its own positions); the queries sit at the last T_q of them, as in a
-decoding step with a KV cache. Queries and keys are passed *un-rotated*.
+decoding step with a KV cache. Queries and keys are passed *un-rotated*. An optional
+``attention_mask`` (B, T_k), 0/1 or bool, 1 on real tokens (transformers'), drops each
+row's pad keys in every case, and a pad query's row is zeros, as transformers' sdpa
+path gives it (:mod:`.remapped_batch`): with ``padded_positions(mask)`` each row's
+real tokens get exactly what the row alone without its pads gets.
 
 KV caches: a query's remapped positions depend on i only and a key's on j only, so
 every method decodes token by token; what it cannot use is the *ordinary* cache of
@@ -60,6 +64,7 @@ from ..remap import (
     self_extend_positions,
 )
 from ..rope import apply_rope
+from .remapped_batch import mask_scores, masked_weights, per_sequence
 
 
 def _check_tensors(q, k, v):
@@ -131,30 +136,12 @@ def _check_qkv(q, k, v, positions):
     return key[-q.shape[-2] :], key
 
 
-def _per_sequence(run, q, k, v, positions):
-    """``run(q, k, v, positions)`` with 1-D (T_k,) positions: once for (T_k,) or a
-    (B, T_k) whose rows are equal; otherwise once per sequence, row b of the batch
-    with its own row of positions, the outputs (and weights) concatenated on the
-    batch axis. Repeats grouped-query keys first (:func:`repeat_kv_heads`)."""
+def _per_sequence(run, q, k, v, positions, attention_mask=None, *, compact=True):
+    """q, k, v checked (grouped-query keys repeated, :func:`repeat_kv_heads`), then
+    ``run`` per sequence with its positions and padding mask
+    (:func:`.remapped_batch.per_sequence`)."""
     q, k, v = _check_tensors(q, k, v)
-    if not isinstance(positions, torch.Tensor) or positions.dim() == 1:
-        return run(q, k, v, positions)
-    batch = q.shape[0] if q.dim() >= 3 else None
-    if positions.dim() != 2 or batch is None or positions.shape[0] not in (1, batch):
-        raise ValueError(
-            f"positions must have shape (T_k,) or (B, T_k) (one row per sequence, as "
-            f"transformers' position_ids) with B = q.shape[0] = {batch} and "
-            f"T_k = {k.shape[-2]}; got {tuple(positions.shape)}"
-        )
-    if bool((positions == positions[:1]).all()):
-        return run(q, k, v, positions[0])
-    rows = [
-        run(q[b : b + 1], k[b : b + 1], v[b : b + 1], positions[b])
-        for b in range(batch)
-    ]
-    if isinstance(rows[0], tuple):
-        return tuple(torch.cat(parts) for parts in zip(*rows, strict=True))
-    return torch.cat(rows)
+    return per_sequence(run, q, k, v, positions, attention_mask, compact=compact)
 
 
 def _rotate(x, positions, rope):
@@ -163,9 +150,10 @@ def _rotate(x, positions, rope):
     return apply_rope(x, positions.to(x.device), **rope)
 
 
-def _cases_reference(q, k, v, cases, scale):
+def _cases_reference(q, k, v, cases, scale, keep=None):
     """cases: [(q_rot, k_rot, allowed)], ``allowed(rows)`` the (rows, T_k) bool mask of
-    the case's pairs, the masks disjoint. The full score matrix, one case at a time."""
+    the case's pairs, the masks disjoint. The full score matrix, one case at a time;
+    ``keep`` (T_k,) the padding mask (pad keys −inf, pad queries' rows zero)."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = torch.full(
         (*q.shape[:-1], k.shape[-2]), float("-inf"), dtype=q.dtype, device=q.device
@@ -175,7 +163,7 @@ def _cases_reference(q, k, v, cases, scale):
         scores = torch.where(
             allowed(everything), q_rot @ k_rot.transpose(-2, -1) * scale, scores
         )
-    weights = scores.softmax(dim=-1)
+    weights = masked_weights(mask_scores(scores, keep).softmax(dim=-1), keep)
     return weights @ v, weights
 
 
@@ -328,6 +316,7 @@ def self_extend_attention(
     base: float = DEFAULT_BASE,
     layout: str = "half",
     scale: float | None = None,
+    attention_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """SelfExtend attention (Jin et al., ICML 2024, §3, Alg. 1; github
     datamllab/LongLM ``self_extend_patch/Llama.py``, ``self_extend_forward``), causal.
@@ -352,6 +341,15 @@ def self_extend_attention(
             sequence alike; or (B, T_k), one row per sequence (transformers'
             ``position_ids``; a padded batch), each row computed as that sequence
             alone. The queries are at the last T_q of them.
+        attention_mask: None, or (B, T_k) 0/1 or bool (any int or float dtype),
+            1 on real tokens and 0 on pads, as transformers' ``attention_mask``
+            (left or right padding; a KV cache's keys included). Pad keys get no
+            weight; a pad query's output is zeros (transformers 5.23's sdpa path
+            gives zeros for a left pad's fully masked row). Pair it with
+            ``posenc.tools.padded_positions(attention_mask)`` to run each row as it
+            runs alone without its pads. Each row's pad columns are dropped before
+            it attends (:mod:`.remapped_batch`), so a left-padded prefill on
+            consecutive positions keeps the fused CPU path, row by row.
         group_size: G ≥ 1. window_size: W ≥ 1.
         inv_freq, base, layout: RoPE's settings, as :func:`posenc.rope.apply_rope`.
         scale: score scale, default 1/√d_h.
@@ -362,7 +360,9 @@ def self_extend_attention(
     Raises:
         TypeError, ValueError: non-float tensors, mismatched shapes, H not a multiple
             of H_kv, T_q > T_k, positions not (T_k,) or (B, T_k) non-negative
-            integers, or bad G, W (:func:`posenc.remap.check_self_extend`).
+            integers, an attention_mask not a (B, T_k) 0/1 or bool tensor (the
+            message names the first bad value and its index), or bad G, W
+            (:func:`posenc.remap.check_self_extend`).
     """
     rope = dict(inv_freq=inv_freq, base=base, layout=layout)
 
@@ -370,25 +370,27 @@ def self_extend_attention(
         cases = _self_extend_cases(q, k, v, positions, group_size, window_size, rope)
         return _two_bands(q, k, v, positions, cases, window_size, scale)
 
-    return _per_sequence(run, q, k, v, positions)
+    return _per_sequence(run, q, k, v, positions, attention_mask)
 
 
 def self_extend_attention_reference(
     q, k, v, positions=None, *, group_size, window_size, inv_freq=None,
-    base=DEFAULT_BASE, layout="half", scale=None,
+    base=DEFAULT_BASE, layout="half", scale=None, attention_mask=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """:func:`self_extend_attention` with the full neighbour and grouped score matrices
     merged by ``torch.where`` before the softmax, as the authors'
     ``self_extend_forward`` does. Takes and checks what :func:`self_extend_attention`
-    does ((B, T_k) positions one row per sequence, grouped-query keys repeated).
+    does ((B, T_k) positions one row per sequence, grouped-query keys repeated, the
+    ``attention_mask``); the mask is applied literally here: pad keys at −inf in the
+    full matrices before the softmax, a pad query's row of weights zero.
     Returns ``(out, weights)``, weights (B, H, T_q, T_k)."""
     rope = dict(inv_freq=inv_freq, base=base, layout=layout)
 
-    def run(q, k, v, positions):
+    def run(q, k, v, positions, keep=None):
         cases = _self_extend_cases(q, k, v, positions, group_size, window_size, rope)
-        return _cases_reference(q, k, v, cases, scale)
+        return _cases_reference(q, k, v, cases, scale, keep)
 
-    return _per_sequence(run, q, k, v, positions)
+    return _per_sequence(run, q, k, v, positions, attention_mask, compact=False)
 
 
 def _rerope_cases(q, k, v, positions, window, scaling_factor, rope):
@@ -411,6 +413,7 @@ def rerope_attention(
     base: float = DEFAULT_BASE,
     layout: str = "half",
     scale: float | None = None,
+    attention_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """ReRoPE attention (Su 2023, kexue.fm/archives/9708; github bojone/rerope
     ``rerope_patch.py``), or leaky ReRoPE with ``scaling_factor`` k
@@ -435,23 +438,24 @@ def rerope_attention(
         cases = _rerope_cases(q, k, v, positions, window, scaling_factor, rope)
         return _two_bands(q, k, v, positions, cases, window, scale)
 
-    return _per_sequence(run, q, k, v, positions)
+    return _per_sequence(run, q, k, v, positions, attention_mask)
 
 
 def rerope_attention_reference(
     q, k, v, positions=None, *, window, scaling_factor=None, inv_freq=None,
-    base=DEFAULT_BASE, layout="half", scale=None,
+    base=DEFAULT_BASE, layout="half", scale=None, attention_mask=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """:func:`rerope_attention` with the two full score matrices merged by
     ``torch.where`` (bojone's ``rectified_mask``). Takes and checks what
-    :func:`rerope_attention` does. Returns ``(out, weights)``."""
+    :func:`rerope_attention` does, the ``attention_mask`` applied as in
+    :func:`self_extend_attention_reference`. Returns ``(out, weights)``."""
     rope = dict(inv_freq=inv_freq, base=base, layout=layout)
 
-    def run(q, k, v, positions):
+    def run(q, k, v, positions, keep=None):
         cases = _rerope_cases(q, k, v, positions, window, scaling_factor, rope)
-        return _cases_reference(q, k, v, cases, scale)
+        return _cases_reference(q, k, v, cases, scale, keep)
 
-    return _per_sequence(run, q, k, v, positions)
+    return _per_sequence(run, q, k, v, positions, attention_mask, compact=False)
 
 
 def _dual_chunk_cases(q, k, v, positions, settings, rope):
@@ -487,6 +491,7 @@ def dual_chunk_attention(
     base: float = DEFAULT_BASE,
     layout: str = "half",
     scale: float | None = None,
+    attention_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Dual Chunk Attention (An et al., ICML 2024, §3, Eq. 8 and the normalisation of
     §3.4; github HKUNLP/ChunkLlama ``chunkllama_attn_replace.py``), causal: keys at j
@@ -512,16 +517,17 @@ def dual_chunk_attention(
         cases = _dual_chunk_cases(q, k, v, positions, settings, rope)
         return _cases_blocked(q, k, v, cases, scale)
 
-    return _per_sequence(run, q, k, v, positions)
+    return _per_sequence(run, q, k, v, positions, attention_mask)
 
 
 def dual_chunk_attention_reference(
     q, k, v, positions=None, *, chunk_size, pretraining_length, local_window=None,
-    inv_freq=None, base=DEFAULT_BASE, layout="half", scale=None,
+    inv_freq=None, base=DEFAULT_BASE, layout="half", scale=None, attention_mask=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """:func:`dual_chunk_attention` with the three full score matrices merged by
     ``torch.where`` before one softmax. Takes and checks what
-    :func:`dual_chunk_attention` does. Returns ``(out, weights)``."""
+    :func:`dual_chunk_attention` does, the ``attention_mask`` applied as in
+    :func:`self_extend_attention_reference`. Returns ``(out, weights)``."""
     rope = dict(inv_freq=inv_freq, base=base, layout=layout)
     settings = dict(
         chunk_size=chunk_size,
@@ -529,11 +535,11 @@ def dual_chunk_attention_reference(
         local_window=local_window,
     )
 
-    def run(q, k, v, positions):
+    def run(q, k, v, positions, keep=None):
         cases = _dual_chunk_cases(q, k, v, positions, settings, rope)
-        return _cases_reference(q, k, v, cases, scale)
+        return _cases_reference(q, k, v, cases, scale, keep)
 
-    return _per_sequence(run, q, k, v, positions)
+    return _per_sequence(run, q, k, v, positions, attention_mask, compact=False)
 
 
 def relative_rope_scores(

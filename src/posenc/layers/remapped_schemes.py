@@ -16,7 +16,9 @@ explicit ``inv_freq`` (rotary_dim/2,), and the pair ``layout``. Queries and keys
 :meth:`attend` un-rotated, so a KV cache holds un-rotated keys and the method rotates
 them at every step (the authors' decoding path for SelfExtend and ReRoPE); the
 positions may be shared by the batch, (1, 1, T), or one row per sequence, (B, 1, T),
-each row then attending as it would alone.
+each row then attending as it would alone; a padded batch also passes
+``attention_mask`` (B, T_k) to :meth:`~_RemappedRope.attend`, which drops each row's
+pad keys.
 """
 
 from __future__ import annotations
@@ -82,14 +84,29 @@ class _RemappedRope(PositionalScheme):
         raise NotImplementedError
 
     def attend(
-        self, q, k, v, q_positions, k_positions, *, scale, need_weights=False
+        self,
+        q,
+        k,
+        v,
+        q_positions,
+        k_positions,
+        *,
+        scale,
+        need_weights=False,
+        attention_mask=None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """:meth:`posenc.schemes.PositionalScheme.attend` by the method's fast path
         (``need_weights=False``) or its naive reference (``True``, which returns the
         weights). ``k_positions`` (B′, 1, T_k), B′ ∈ {1, B}: each row of the batch
-        attends with its own positions; the queries are the last T_q keys."""
+        attends with its own positions; the queries are the last T_q keys.
+        ``attention_mask``: None, or (B, T_k) 0/1 or bool, 1 on real tokens, as
+        transformers' ``attention_mask`` (a column per key, a KV cache's included):
+        pad keys get no weight and a pad query's output is zeros
+        (:mod:`posenc.layers.remapped_batch`); a bad mask raises as
+        :func:`posenc.layers.remapped_attention.self_extend_attention` says."""
         positions = _key_positions(k_positions, self.name)
         options = dict(
+            attention_mask=attention_mask,
             positions=positions,
             inv_freq=self.inv_freq,
             base=self.base,
