@@ -7,6 +7,7 @@ each lint with a config that triggers it and one that does not; the CLI; GGUF.""
 
 import copy
 import importlib
+import inspect
 import json
 import math
 import subprocess
@@ -471,6 +472,10 @@ LINT_CASES = {
     "longrope-switch": (PHI4_MINI, LLAMA31),
     "dynamic-cache": (DYNAMIC, LINEAR),
     "default-theta": ({k: v for k, v in LLAMA2.items() if k != "rope_theta"}, LLAMA2),
+    "layer-count-unknown": (
+        {k: v for k, v in LLAMA31.items() if k != "num_hidden_layers"},
+        LLAMA31,
+    ),
 }
 
 
@@ -598,6 +603,39 @@ def test_refusals_name_what_to_pass(tmp_path):
     bad.write_text("[1, 2]")
     with pytest.raises(ValueError, match="not a config object"):
         position_card(bad)
+
+
+def test_a_config_without_a_layer_count():
+    """No num_hidden_layers (a snippet of a config): one kind of layer gives a card
+    with that one group, no layer indices, the same frequencies as the full config
+    and a lint that says so; layers of several kinds are refused, since which layer
+    is which depends on the count; layer_types alone give the count."""
+    snippet = {k: v for k, v in LLAMA31.items() if k != "num_hidden_layers"}
+    card, full = position_card(snippet), position_card(LLAMA31)
+    assert card.num_hidden_layers is None and full.num_hidden_layers == 32
+    assert [g.name for g in card.groups] == ["full"] and card.group("full").layers == ()
+    assert full.group("full").layers == tuple(range(32))
+    assert card.group("full").pairs == full.group("full").pairs
+    lint = [w for w in card.warnings if w.id == "layer-count-unknown"][0]
+    assert "num_hidden_layers" in lint.message and lint.severity == "warning"
+    for text in (card.to_text(), card.to_markdown(), card.to_html()):
+        assert "how many unknown" in text and "None" not in text
+    assert json.loads(card.to_json())["num_hidden_layers"] is None
+    several = {k: v for k, v in GEMMA3_TEXT.items() if k != "num_hidden_layers"}
+    with pytest.raises(ValueError, match="no num_hidden_layers.*sliding_attention, "
+                       "full_attention.*add num_hidden_layers"):
+        position_card(several)
+    types = ["sliding_attention"] * 5 + ["full_attention"]
+    typed = position_card({**several, "layer_types": types})
+    assert typed.num_hidden_layers == 6 and typed.group("full").layers == (5,)
+    assert typed.group("sliding").layers == (0, 1, 2, 3, 4)
+
+
+def test_the_card_class_is_documented():
+    doc = inspect.getdoc(PositionCard)
+    for name in ("model_type", "source", "num_hidden_layers", "groups", "sinks",
+                 "warnings", "original_max_position_embeddings", "tokens", "Source"):
+        assert name in doc, name
 
 
 def test_renderers():

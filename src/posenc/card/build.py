@@ -52,7 +52,11 @@ def position_card(config: object) -> PositionCard:
             :func:`posenc.card.read.read_config`.
         ValueError: no head width in the config; a ``rope_type`` posenc does not
             implement, or parameters its rule rejects (the message of
-            :func:`posenc.rope_config.rope_inv_freq_from_config`).
+            :func:`posenc.rope_config.rope_inv_freq_from_config`); no
+            ``num_hidden_layers`` in a config whose layers are of several kinds
+            (sliding and full, NoPE, ...). Without it in a config of one kind of
+            layer the card has one group with no layer indices,
+            ``num_hidden_layers`` None and the lint ``layer-count-unknown``.
 
     Source: transformers 5.23.0 — ``modeling_rope_utils.py`` (the frequencies, the
     parameters' standardization and validation), the config classes' layer-type
@@ -61,13 +65,13 @@ def position_card(config: object) -> PositionCard:
     """
     data, source = read_config(config)
     by_type, nested = rope_parameters_by_type(data)
-    types, rope = layer_kinds(data)
+    types, rope, counted = _layer_kinds(data)
     groups = []
     for layer_type, uses_rope in _group_keys(types, rope):
         layers = tuple(
             i
             for i, key in enumerate(zip(types, rope))
-            if key == (layer_type, uses_rope)
+            if key == (layer_type, uses_rope) and counted
         )
         params = by_type.get("*") if not nested else by_type.get(layer_type)
         rotates = uses_rope and params is not None
@@ -76,7 +80,7 @@ def position_card(config: object) -> PositionCard:
     card = PositionCard(
         model_type=data.get("model_type"),
         source=source,
-        num_hidden_layers=len(types),
+        num_hidden_layers=len(types) if counted else None,
         original_max_position_embeddings=lengths[0],
         max_position_embeddings=data.get("max_position_embeddings"),
         groups=tuple(groups),
@@ -84,6 +88,39 @@ def position_card(config: object) -> PositionCard:
     )
     lints = lint_config(data, card, by_type, nested)
     return PositionCard(**{**card.__dict__, "warnings": tuple(lints)})
+
+
+#: Layers assumed when a config gives no layer count, to see whether its layer
+#: pattern depends on the count (every pattern of transformers' classes repeats
+#: within it, and Qwen's ``max_window_layers`` stays below it).
+_PROBE_LAYERS = 1024
+
+
+def _layer_kinds(data: dict) -> tuple[list[str], list[bool], bool]:
+    """:func:`~posenc.card.parse.layer_kinds`, and whether the layer count is known.
+
+    Without ``num_hidden_layers`` (nor ``layer_types`` or ``no_rope_layers``), a
+    config whose layers are all of one kind gives that one kind (its group then has
+    no layer indices, and the lint ``layer-count-unknown`` says so); one whose
+    pattern depends on the count is refused.
+
+    Raises:
+        ValueError: the count is missing and the layers are of several kinds.
+    """
+    if any(data.get(k) for k in ("num_hidden_layers", "layer_types", "no_rope_layers")):
+        types, rope = layer_kinds(data)
+        return types, rope, True
+    types, rope = layer_kinds({**data, "num_hidden_layers": _PROBE_LAYERS})
+    kinds = _group_keys(types, rope)
+    if len(kinds) > 1:
+        found = ", ".join(f"{t}{'' if r else ' (NoPE)'}" for t, r in kinds)
+        raise ValueError(
+            "the config has no num_hidden_layers, and its layers are of several kinds "
+            f"({found}: model_type {data.get('model_type')!r}), so which layer is "
+            "which depends on the count: add num_hidden_layers (config.json's number "
+            "of decoder layers) or layer_types"
+        )
+    return types[:1], rope[:1], False
 
 
 def _group_keys(types: list[str], rope: list[bool]) -> list[tuple[str, bool]]:

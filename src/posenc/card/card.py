@@ -104,11 +104,43 @@ class Lint:
 
 @dataclass(frozen=True)
 class PositionCard:
-    """What a model's config does to positions (see :func:`position_card`)."""
+    """What a model's config does to positions, built by
+    :func:`~posenc.card.build.position_card` (frozen; render it with
+    :meth:`to_markdown`, :meth:`to_html`, :meth:`to_json`, :meth:`to_text`).
+
+    Attributes:
+        model_type: transformers' ``model_type`` ("llama", "qwen3", ...; a GGUF
+            file's ``general.architecture`` mapped to it), None if the config has
+            none.
+        source: where the config came from ("config.json: PATH", "GGUF file:
+            PATH", "dict", "GGUF metadata", "LlamaConfig.to_dict()", ...).
+        num_hidden_layers: the number of decoder layers; None when the config gives
+            none (then the one group has no layer indices and ``warnings`` holds
+            ``layer-count-unknown``).
+        original_max_position_embeddings: L, the trained context in tokens
+            (``original_max_position_embeddings`` of the RoPE parameters or the
+            config, else ``max_position_embeddings``).
+        max_position_embeddings: the extended (served) context in tokens, as the
+            config states it.
+        groups: one :class:`LayerGroup` per kind of layer (full, sliding, chunked,
+            linear, NoPE), in the order of their first layer: 0-based layer indices,
+            rope_type, head_dim d_h, rotary_dim r, base b (``rope_theta``), the
+            per-pair table (:class:`PairRow`: θ_i, θ′_i in radians per position,
+            wavelength 2π/θ′_i in tokens, turns within L, θ′/θ, region), the
+            attention factor on cos and sin (dimensionless), the multiplier every
+            score gets on top of 1/√d_h, window or chunk in tokens.
+        sinks: the attention sinks the model type has (gpt-oss's learned per-head
+            logits), None if none.
+        warnings: the lints (:class:`Lint`: id, severity, message, book chapter;
+            :data:`posenc.card.lints.LINTS`).
+
+    Source: the values follow transformers 5.23.0 (``modeling_rope_utils.py``'s
+    rope rules, the config classes' layer-type rules); see :mod:`posenc.card.card`.
+    """
 
     model_type: str | None
     source: str
-    num_hidden_layers: int
+    num_hidden_layers: int | None
     original_max_position_embeddings: int | None  # L, the trained context
     max_position_embeddings: int | None  # the extended (served) context
     groups: tuple[LayerGroup, ...]

@@ -47,6 +47,8 @@ LINTS: dict[str, str] = {
     "default-theta": "book/context_extension.ipynb — The names in a model's "
     "configuration",
     "gguf-rope-freqs": _FAIL + "What Llama 3's frequency factors select",
+    "layer-count-unknown": "book/mixing_layers.ipynb — Today's models: a pattern of "
+    "layers",
 }
 
 #: transformers 5.23's keys per rope_type (``_validate_<type>_rope_parameters``:
@@ -99,7 +101,22 @@ def _lint(lint_id: str, message: str, severity: str = "warning") -> Lint:
 
 
 def _layers(group) -> str:
-    return f"{group.name} layers ({len(group.layers)})"
+    return f"{group.name} layers ({len(group.layers) or 'how many: unknown'})"
+
+
+def _layer_count(data: dict, card: PositionCard) -> list[Lint]:
+    """No layer count in the config: the card's one group lists no layers."""
+    if card.num_hidden_layers is not None:
+        return []
+    return [
+        _lint(
+            "layer-count-unknown",
+            "the config has no num_hidden_layers (nor layer_types): the card assumes "
+            "every layer is of the one kind its rules give, with no layer indices. "
+            "Add num_hidden_layers (config.json's number of decoder layers) to see "
+            "them, and check that the model has no sliding, chunked or NoPE layers",
+        )
+    ]
 
 
 def _raw(data: dict, layer_type: str) -> dict:
@@ -309,6 +326,7 @@ def _defaults(data: dict, card: PositionCard) -> list[Lint]:
 
 
 _CHECKS: tuple[Callable[[dict, PositionCard], list[Lint]], ...] = (
+    _layer_count,
     _factor_ratio,
     _missing_original,
     _v4_keys,

@@ -184,7 +184,8 @@ def layer_kinds(config: dict) -> tuple[list[str], list[bool]]:
     file rotates only sliding layers), and linear-attention layers (no positions).
     """
     model_type = config.get("model_type") or ""
-    n = int(config.get("num_hidden_layers") or 0)
+    given = config.get("layer_types") or config.get("no_rope_layers") or ()
+    n = int(config.get("num_hidden_layers") or len(given))
     window = config.get("sliding_window")
     if config.get("use_sliding_window") is False:
         window = None

@@ -37,6 +37,13 @@ def _layers(layers: tuple[int, ...]) -> str:
     return ", ".join(f"{a}" if a == b else f"{a}–{b}" for a, b in runs)
 
 
+def _layer_count(card) -> str:
+    """"32 layers", or "layers: how many unknown" without num_hidden_layers."""
+    if card.num_hidden_layers is None:
+        return "layers: how many unknown (no num_hidden_layers)"
+    return f"{card.num_hidden_layers} layers"
+
+
 def _context(card) -> str:
     return (
         f"trained L = {_num(card.original_max_position_embeddings)}, "
@@ -47,6 +54,8 @@ def _context(card) -> str:
 def group_rows(group) -> list[tuple[str, str]]:
     """(label, value) pairs summarising a layer group."""
     rows = [("layers", f"{len(group.layers)}: {_layers(group.layers)}")]
+    if not group.layers:
+        rows = [("layers", "all (their number is unknown)")]
     if not group.rope:
         linear = group.layer_type == "linear_attention"
         what = "none (linear attention)" if linear else "none (NoPE)"
@@ -92,7 +101,7 @@ def pair_cells(row) -> list[str]:
 def card_markdown(card) -> str:
     """The card as Markdown."""
     lines = [f"## Position card: {card.model_type or 'model'}", ""]
-    lines.append(f"{card.num_hidden_layers} layers; {_context(card)}.")
+    lines.append(f"{_layer_count(card)}; {_context(card)}.")
     if card.sinks:
         lines.append(f"Attention sinks: {card.sinks}.")
     lines.append(f"Source: {card.source}.")
@@ -131,7 +140,7 @@ def card_html(card) -> str:
     parts = [
         '<div class="posenc-card" style="max-width:100%;overflow-wrap:anywhere">',
         f"<h4>Position card: {esc(str(card.model_type or 'model'))}</h4>",
-        f"<p>{card.num_hidden_layers} layers; {esc(_context(card))}."
+        f"<p>{_layer_count(card)}; {esc(_context(card))}."
         + (f" Attention sinks: {esc(card.sinks)}." if card.sinks else "")
         + "</p>",
     ]
@@ -173,7 +182,7 @@ def card_text(card, width: int = 100) -> str:
     """The card as plain text, no line longer than ``width`` columns."""
     wrap = textwrap.TextWrapper(width=width, subsequent_indent="    ")
     lines = [f"Position card: {card.model_type or 'model'}  ({card.source})"[:width]]
-    lines += wrap.wrap(f"{card.num_hidden_layers} layers; {_context(card)}")
+    lines += wrap.wrap(f"{_layer_count(card)}; {_context(card)}")
     if card.sinks:
         lines += wrap.wrap(f"attention sinks: {card.sinks}")
     for group in card.groups:

@@ -12,6 +12,7 @@ Shapes: B batch, H query heads, H_kv key/value heads, T positions, d_h ``head_di
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Callable, Iterator
 
 import torch
@@ -314,6 +315,34 @@ def _row_positions(kept, position_ids, t_q, name) -> list[torch.Tensor]:
 _PROBE_TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4}
 
 
+def _probe(model, rotary, attn) -> tuple:
+    """The check's inputs: hidden states (2, 5, d) (random at the unit scale and 4
+    times it: small scores show sinks, large ones a soft-cap), positions 3..7, the
+    rotary embedding's (cos, sin), and the same RoPE as swap_rope's settings.
+
+    The rotary embedding runs as a copy (dynamic and LongRoPE embeddings change their
+    inv_freq with the length they see; the model's own keeps its state), and its
+    inv_freq is read after the call."""
+    weight = attn.q_proj.weight
+    generator = torch.Generator().manual_seed(0)
+    hidden = torch.randn(1, 5, weight.shape[-1], generator=generator)
+    hidden = torch.cat([hidden, 4 * hidden]).to(weight.device, weight.dtype)
+    position_ids = torch.arange(3, 8, device=weight.device).expand(2, 5)  # not from 0
+    rotary = copy.deepcopy(rotary)
+    try:
+        with torch.no_grad():
+            cos_sin = rotary(hidden, position_ids)
+    except Exception as error:  # noqa: BLE001 - any failure is a refusal
+        raise TypeError(
+            f"swap_rope could not call {type(model).__name__}'s rotary embedding as "
+            f"rotary_emb(hidden_states, position_ids) to check the layers: {error}"
+        ) from error
+    rope = {"inv_freq": rotary.inv_freq.float(), "layout": "half", "record": None,
+            "attention_factor": float(getattr(rotary, "attention_scaling", 1.0)),
+            "streaming": None, "attention": None}  # fmt: skip
+    return hidden, position_ids, cos_sin, rope
+
+
 def _check_reproduced(model: torch.nn.Module, layers: list[torch.nn.Module]) -> None:
     """swap_rope rebuilds each attention from its parts: the q, k, v projections,
     ``q_norm``/``k_norm``, RoPE in the half layout, the model's attention function and
@@ -342,15 +371,7 @@ def _check_reproduced(model: torch.nn.Module, layers: list[torch.nn.Module]) -> 
                 f"swap_rope does not apply {type(attn).__name__}'s logit soft-cap "
                 f"(attn_logit_softcapping = {attn.attn_logit_softcapping}, Gemma 2)"
             )
-    rope = {"inv_freq": rotary.inv_freq.float(), "layout": "half", "record": None,
-            "attention_factor": float(getattr(rotary, "attention_scaling", 1.0)),
-            "streaming": None, "attention": None}  # fmt: skip
-    weight = layers[0].q_proj.weight
-    generator = torch.Generator().manual_seed(0)
-    hidden = torch.randn(1, 5, weight.shape[-1], generator=generator)
-    # at the unit scale and 4 times it: small scores show sinks, large ones a soft-cap
-    hidden = torch.cat([hidden, 4 * hidden]).to(weight.device, weight.dtype)
-    position_ids = torch.arange(3, 8, device=weight.device).expand(2, 5)  # not from 0
+    hidden, position_ids, cos_sin, rope = _probe(model, rotary, layers[0])
     kinds = set()
     for attn in layers:
         kind = (type(attn), *(getattr(attn, a, None) for a in ("sliding_window",
@@ -363,7 +384,7 @@ def _check_reproduced(model: torch.nn.Module, layers: list[torch.nn.Module]) -> 
             with torch.no_grad():
                 own = attn(
                     hidden,
-                    position_embeddings=rotary(hidden, position_ids),
+                    position_embeddings=cos_sin,
                     attention_mask=None,
                     position_ids=position_ids,
                 )[0]
