@@ -658,7 +658,8 @@ def test_cli(tmp_path):
         [sys.executable, "-m", "posenc", "card", str(path)],
         capture_output=True, text=True, check=True,
     )
-    assert "llama3" in run.stdout and "static-scaling" in run.stdout
+    # llama3 is Llama 3.1's own rule, at every length: no static-scaling finding
+    assert "llama3" in run.stdout and "static-scaling" not in run.stdout
     assert max(len(line) for line in run.stdout.splitlines()) <= 100
     run = subprocess.run(
         [sys.executable, "-m", "posenc", "card", str(path), "--json"],
@@ -693,3 +694,29 @@ def test_every_released_config_makes_a_card():
         assert card.num_hidden_layers == cfg.num_hidden_layers, slug
         assert sum(len(g.layers) for g in card.groups) == cfg.num_hidden_layers, slug
         check_against_transformers(card, cfg)
+
+
+def test_cli_strict_exits_1_on_findings(tmp_path):
+    from posenc.__main__ import main
+
+    for config, status in ((QWEN25_YARN, 1), (LLAMA31, 0)):
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(config))
+        assert main(["card", str(path), "--strict"]) == status, config["model_type"]
+        assert main(["card", str(path)]) == 0
+
+
+@pytest.mark.parametrize("bare", [
+    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768,
+     "rope_theta": 1e6, "head_dim": 128},
+    {"type": "linear", "factor": 2.0, "rope_theta": 10000.0, "head_dim": 64},
+])
+def test_rope_parameters_alone_are_refused_not_read_as_plain_rope(bare):
+    """Before: the card read a bare YaRN dict as plain RoPE, attention factor 1."""
+    with pytest.raises(ValueError, match=r"RoPE parameters alone .*'rope_parameters'"):
+        position_card(bare)
+    wrapped = {"rope_parameters": {k: v for k, v in bare.items() if k != "head_dim"},
+               "head_dim": bare["head_dim"], "num_hidden_layers": 2,
+               "max_position_embeddings": 131072}
+    card = position_card(wrapped)
+    assert card.groups[0].rope_type == bare.get("rope_type", bare.get("type"))

@@ -1,6 +1,7 @@
-"""``python -m posenc card PATH [--json]``: print the position card of a model's
-``config.json`` (or ``.gguf`` file) as a terminal table (at most 100 columns), or as
-JSON (:func:`posenc.card.position_card`)."""
+"""``python -m posenc card PATH [--json] [--strict]``: print the position card of a
+model's ``config.json`` (or ``.gguf`` file) as a terminal table (at most 100 columns),
+or as JSON (:func:`posenc.card.position_card`); ``--strict`` makes any finding an exit
+status of 1, for a CI check of one's own configs."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit status (0, or 2 for a config that
-    cannot be read, with the reason on stderr)."""
+    """Run the command line; returns the exit status: 0, 1 with ``--strict`` when the
+    card has findings (printed as usual), 2 for a config that cannot be read (the
+    reason on stderr)."""
     parser = argparse.ArgumentParser(
         prog="python -m posenc", description="posenc's command-line tools"
     )
@@ -20,6 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     card.add_argument("path", help="a config.json, a folder holding one, or a .gguf")
     card.add_argument("--json", action="store_true", help="print the card as JSON")
+    card.add_argument(
+        "--strict", action="store_true", help="exit with 1 when the card has findings"
+    )
     args = parser.parse_args(argv)
     from .card import position_card
 
@@ -29,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"posenc card: {err}", file=sys.stderr)
         return 2
     print(result.to_json() if args.json else result.to_text(), end="")
-    return 0
+    return 1 if args.strict and result.warnings else 0
 
 
 if __name__ == "__main__":

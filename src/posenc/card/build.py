@@ -50,7 +50,10 @@ def position_card(config: object) -> PositionCard:
     Raises:
         TypeError, FileNotFoundError, ImportError: see
             :func:`posenc.card.read.read_config`.
-        ValueError: no head width in the config; a ``rope_type`` posenc does not
+        ValueError: a dict of RoPE parameters alone (``rope_type``, ``factor``, ... at
+            the top level, with no ``rope_parameters`` or ``rope_scaling``), which
+            would otherwise read as plain RoPE; no head width in the config; a
+            ``rope_type`` posenc does not
             implement, or parameters its rule rejects (the message of
             :func:`posenc.rope_config.rope_inv_freq_from_config`); no
             ``num_hidden_layers`` in a config whose layers are of several kinds
@@ -64,6 +67,7 @@ def position_card(config: object) -> PositionCard:
     llama.cpp ``gguf-py/gguf/constants.py`` for GGUF keys.
     """
     data, source = read_config(config)
+    _refuse_bare_rope_parameters(data)
     by_type, nested = rope_parameters_by_type(data)
     types, rope, counted = _layer_kinds(data)
     groups = []
@@ -191,3 +195,27 @@ def _contexts(data: dict, groups: list[LayerGroup]) -> tuple[int | None]:
         return (max(found),)
     top = data.get("original_max_position_embeddings")
     return (top or data.get("max_position_embeddings"),)
+
+
+#: Keys of a RoPE parameters dict that a model config never has at its top level.
+_ROPE_ONLY_KEYS = frozenset({
+    "rope_type", "type", "factor", "low_freq_factor", "high_freq_factor",
+    "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "short_factor",
+    "long_factor", "attention_factor",
+})
+
+
+def _refuse_bare_rope_parameters(data: dict) -> None:
+    """A RoPE parameters dict given as if it were the config would be read as plain
+    RoPE (the config's ``rope_parameters``/``rope_scaling`` are missing): refuse it."""
+    if data.get("rope_parameters") or data.get("rope_scaling"):
+        return
+    bare = sorted(_ROPE_ONLY_KEYS & set(data))
+    if bare:
+        raise ValueError(
+            f"this dict looks like RoPE parameters alone (it has {bare} at its top "
+            "level, where a model config has 'rope_parameters' or 'rope_scaling'): "
+            "pass the whole config.json, or wrap the parameters as "
+            "{'rope_parameters': {...}, 'head_dim': ..., 'num_hidden_layers': ..., "
+            "'max_position_embeddings': ...}"
+        )

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from .. import rope_config
 from ..rope_config import IGNORED_ROPE_PARAMETERS, rope_inv_freq_from_config
 from ..scaling import ROPE_INIT_FUNCTIONS, rope_inv_freq
+from ..utils import cpu_float64
 from .parse import CHUNKED, FULL, LINEAR, SLIDING, head_dim_of
 
 #: Model types whose attention multiplies the softmax scale by m(s, mscale_all_dim)²
@@ -257,13 +258,6 @@ def scaled_frequencies(params: dict, head_dim: int, config: dict):
     elif rope_type == "longrope":
         seq_len = int(length) + 1
     kwargs = {"max_position_embeddings": max_pos}
-    low, high = params.get("low_freq_factor"), params.get("high_freq_factor")
-    if rope_type == "llama3" and low is not None and low == high:
-        # Llama 4 Scout: low = high = 1. transformers' rule then interpolates the
-        # wavelengths over L/low and keeps the rest (no blended band); posenc's
-        # rule asks low < high, so the band is given a width of 1e-9·low, which
-        # moves no pair whose wavelength is not L/low exactly.
-        params = {**params, "high_freq_factor": low * (1 + 1e-9)}
     with warnings.catch_warnings():
         # the card reports a factor that disagrees with the lengths as a lint
         category = getattr(rope_config, "RopeParametersWarning", None)
@@ -277,7 +271,7 @@ def scaled_frequencies(params: dict, head_dim: int, config: dict):
             short, _ = rope_inv_freq_from_config(params, head_dim, **kwargs)
     width = _rotary_width(params, head_dim)
     plain, _ = rope_inv_freq(width, float(params["rope_theta"]))
-    return plain.double(), used.double(), short, attention_factor, length
+    return cpu_float64(plain), cpu_float64(used), short, attention_factor, length
 
 
 def pair_rows(plain, used, short, length, factor) -> tuple[PairRow, ...]:

@@ -227,10 +227,21 @@ def _ignored_keys(data: dict, card: PositionCard) -> list[Lint]:
     return out
 
 
+def _trained(card: PositionCard) -> str:
+    """"L = 8192", or words when the config does not give L."""
+    length = card.original_max_position_embeddings
+    if length is None:
+        return "the trained length L (which this config does not give)"
+    return f"L = {length}"
+
+
 def _static_scaling(data: dict, card: PositionCard) -> list[Lint]:
     out = []
     for group in card.groups:
-        if group.rope_type not in ("linear", "yarn", "llama3"):
+        # llama3 is left out: it is Llama 3.1's own rule, which Meta's reference code
+        # applies at every length (meta-llama/llama-models, ``apply_scaling`` under
+        # ``use_scaled_rope``), so the scaled frequencies are the released model's
+        if group.rope_type not in ("linear", "yarn"):
             continue
         changed = sum(row.region != "kept" for row in group.pairs)
         extra = ""
@@ -238,11 +249,14 @@ def _static_scaling(data: dict, card: PositionCard) -> list[Lint]:
             extra = f"; every score is multiplied by {group.score_multiplier:.4g}"
         out.append(_lint("static-scaling", (
             f"{_layers(group)}: {group.rope_type} scaling is static: prompts shorter "
-            f"than L = {card.original_max_position_embeddings} also get the scaled "
+            f"than {_trained(card)} also get the scaled "
             f"frequencies ({changed} of {len(group.pairs)} pairs differ from the "
-            f"trained ones{extra}), which costs quality on short inputs. If most "
-            "inputs are short, serve without scaling below L (dynamic scaling, or "
-            "engines' per-request scaling)")))
+            f"unscaled ones{extra}). If the model was trained or fine-tuned with "
+            "this scaling (as DeepSeek-V3 and gpt-oss were), these are its trained "
+            "frequencies and nothing is lost. If the scaling was added to a model "
+            "trained without it (as Qwen2.5's YaRN recipe adds it), short prompts "
+            "get frequencies it never saw: enable it only for long inputs, or use "
+            "dynamic scaling")))
     return out
 
 

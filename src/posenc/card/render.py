@@ -9,7 +9,7 @@ import html
 import math
 import textwrap
 
-_PAIR_COLUMNS = ("i", "θ", "θ′", "wavelength", "turns in L", "θ′/θ", "region")
+_PAIR_COLUMNS = ("i", "θ", "θ′", "λ′ = 2π/θ′", "turns in L", "θ′/θ", "region")
 
 
 def _num(value, digits: int = 4) -> str:
@@ -20,8 +20,10 @@ def _num(value, digits: int = 4) -> str:
             return "∞"
         if math.isnan(value):
             return "—"
+        if value.is_integer() and abs(value) < 1e15:  # a base of 1e6 reads 1,000,000
+            return f"{int(value):,}"
         return f"{value:.{digits}g}"
-    if isinstance(value, int) and abs(value) >= 10_000:
+    if isinstance(value, int) and abs(value) >= 1_000:
         return f"{value:,}"
     return str(value)
 
