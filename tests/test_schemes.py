@@ -69,3 +69,15 @@ def test_unknown_hook_names_are_refused():
     with pytest.raises(ValueError, match=r"Typo.hooks names unknown plug-in points \['bias'\]"):
         class Typo(PositionalScheme):
             hooks = frozenset({"bias"})
+
+
+def test_the_registry_lists_the_chapters_schemes_in_the_books_order():
+    """The chapters' tables and asserts follow available_schemes()' order, which is the
+    order posenc/__init__.py imports the scheme modules: a module that imports another
+    scheme's module early (layout.py once imported rope for its layout names) moves it."""
+    import posenc
+
+    assert posenc.chapter_schemes() == (
+        "none", "alibi", "learned", "sinusoidal", "shaw", "transformer_xl", "t5",
+        "deberta", "rope", "xpos",
+    )

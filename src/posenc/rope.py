@@ -32,9 +32,9 @@ from ._checks import check_base, check_choice, check_even_dim, check_int
 from .scaling import check_scaling, rope_inv_freq
 from .schemes import PositionalScheme, register_scheme
 from .frequencies import DEFAULT_BASE, compute_inv_freq
+from .layout import ROPE_LAYOUTS  # noqa: F401 (re-exported)
 from .utils import cpu_float64
 
-ROPE_LAYOUTS = ("half", "interleaved")
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
