@@ -10,7 +10,6 @@ import inspect
 import json
 import subprocess
 import sys
-import warnings
 
 import pytest
 import torch
@@ -22,27 +21,9 @@ from posenc.rope import apply_rope
 
 transformers = pytest.importorskip("transformers")
 
+from tiny_transformers import tiny  # noqa: E402
 
-def tiny(kind: str = "llama", **overrides):
-    """A transformers decoder of 2 layers with random weights, eager attention."""
-    classes = {
-        "llama": ("LlamaConfig", "LlamaForCausalLM"),
-        "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
-        "olmo2": ("Olmo2Config", "Olmo2ForCausalLM"),
-    }
-    config_name, model_name = classes[kind]
-    settings = dict(
-        vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, initializer_range=0.2,
-        pad_token_id=0, bos_token_id=1, eos_token_id=2,
-    )
-    settings.update(overrides)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        config = getattr(transformers, config_name)(**settings)
-    config._attn_implementation = "eager"
-    torch.manual_seed(0)
-    return getattr(transformers, model_name)(config).eval()
+
 
 
 # ---- the front door itself ------------------------------------------------------------

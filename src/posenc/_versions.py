@@ -132,26 +132,18 @@ def ensure_installed(*distributions: str, quiet: bool = True) -> list[str]:
 #: the tools and the position card); a module that imports one of these names without
 #: its extra fails with :func:`missing_extra_message`. tests/test_lean_install.py keeps
 #: this table equal to pyproject.toml's ``[project.optional-dependencies]``.
+_RUNS = {  # the stored runs, their statistics and the weight cache: book and study
+    "pandas": "pandas",
+    "scipy": "scipy",
+    "tqdm": "tqdm",
+    "platformdirs": "platformdirs",
+    "filelock": "filelock",
+    "safetensors": "safetensors",
+}
 EXTRAS = {
-    "study": {
-        "pandas": "pandas",
-        "scipy": "scipy",
-        "tqdm": "tqdm",
-        "platformdirs": "platformdirs",
-        "filelock": "filelock",
-        "safetensors": "safetensors",
-        "sklearn": "scikit-learn",
-    },
+    "study": {**_RUNS, "sklearn": "scikit-learn"},
     "book": {
-        "sympy": "sympy",
-        "matplotlib": "matplotlib",
-        "IPython": "ipython",
-        "pandas": "pandas",
-        "scipy": "scipy",
-        "tqdm": "tqdm",
-        "platformdirs": "platformdirs",
-        "filelock": "filelock",
-        "safetensors": "safetensors",
+        "sympy": "sympy", "matplotlib": "matplotlib", "IPython": "ipython", **_RUNS
     },
     "pretrained": {
         "transformers": "transformers",

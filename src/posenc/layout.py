@@ -33,10 +33,11 @@ import torch
 
 from ._checks import check_choice, check_even_dim, check_int
 
-#: The two ways RoPE pairs features: ``"half"`` (i, i + r/2) and ``"interleaved"`` (2i,
-#: 2i + 1). Kept here, not in :mod:`posenc.rope` (which re-exports it), so that importing
-#: this module does not import rope: the registry lists schemes in the order their
-#: modules are imported (``posenc/__init__.py``), which the chapters' tables follow.
+#: The two ways RoPE pairs features: ``"half"`` (i, i + r/2) and ``"interleaved"``
+#: (2i, 2i + 1). Kept here, not in :mod:`posenc.rope` (which re-exports it), so that
+#: importing this module does not import rope: the registry lists schemes in the order
+#: their modules are imported (``posenc/__init__.py``), which the chapters' tables
+#: follow.
 ROPE_LAYOUTS = ("half", "interleaved")
 
 
