@@ -29,7 +29,7 @@ import warnings
 import torch
 
 from ...frequencies import DEFAULT_BASE
-from ...rope_config import rope_inv_freq_from_config
+from ...rope_config import RopeParametersWarning, rope_inv_freq_from_config
 from ...scaling import rope_inv_freq, yarn_ramp
 from ...utils import cpu_float64
 
@@ -252,9 +252,12 @@ def yarn_original_length(
     never_turned = plain * trained < 2 * math.pi
     rows = []
     for name, params in _yarn_settings(trained, factor).items():
-        inv_freq, attention = rope_inv_freq_from_config(
-            {**params, "rope_theta": base}, head_dim, max_position_embeddings=longest
-        )
+        with warnings.catch_warnings():  # the wrong lengths are the demonstration
+            warnings.simplefilter("ignore", RopeParametersWarning)
+            inv_freq, attention = rope_inv_freq_from_config(
+                {**params, "rope_theta": base}, head_dim,
+                max_position_embeddings=longest,
+            )
         gamma = yarn_ramp(
             head_dim,
             base,
