@@ -170,3 +170,19 @@ def test_the_90_minute_rope_lecture_adds_up():
     assert decks == {"rope", "context_extension", "rope_real_model"}
     for part in ("**Objectives.**", "**Live demos.**", "**Assign.**"):
         assert part in lecture
+
+
+def test_every_literalinclude_of_a_cell_reaches_the_deck():
+    """Two literalincludes with start-at/end-before in one cell: the first used to overwrite
+    the loop's own `lines`, and the second block (and all after it) vanished from the deck."""
+    from posenc_slides import myst_to_markdown
+
+    block = "```{{literalinclude}} ../src/posenc/rope.py\n:start-at: {}\n:end-before: {}\n```"
+    cell = "\n\n".join([
+        "First:", block.format("def rotate_half", "def rotate_interleaved"),
+        "Second:", block.format("def rotate_interleaved", "def _check_positions"),
+        "After both.",
+    ])
+    out = myst_to_markdown(cell, lambda *a: "")
+    assert out.count("```python") == 2
+    assert "def rotate_half" in out and "def rotate_interleaved" in out and "After both." in out

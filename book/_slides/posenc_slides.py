@@ -144,12 +144,13 @@ def myst_to_markdown(source: str, cite: Citations) -> str:
             else:
                 # like Sphinx: whole lines, from the first that holds start-at to the
                 # last before the first later line that holds end-before
-                lines = path.read_text().split("\n")
+                # (own names: the cell's `lines` and `i` drive the loop around this)
+                source = path.read_text().split("\n")
                 if "start-at" in options:
-                    lines = lines[next(i for i, line in enumerate(lines) if options["start-at"] in line):]
+                    source = source[next(k for k, s in enumerate(source) if options["start-at"] in s):]
                 if "end-before" in options:
-                    lines = lines[:next(i for i, line in enumerate(lines) if options["end-before"] in line)]
-                code = "\n".join(lines)
+                    source = source[:next(k for k, s in enumerate(source) if options["end-before"] in s)]
+                code = "\n".join(source)
             if "dedent" in options:
                 code = textwrap.dedent(code)
             out += [f"```{options.get('language', 'python')}", code.rstrip("\n"), "```"]
