@@ -32,9 +32,14 @@ BOOK_LAYER_PATTERNS = {
 
 
 def text_config(record: ReleasedConfig):
-    """The language model's config, read by transformers' own config class."""
+    """The language model's config, read by transformers' own config class.
+
+    A multimodal config.json that keeps its text settings at the top level (Qwen2-VL)
+    is read by the composite class, which moves them into its text sub-config:
+    ``get_text_config()`` returns that (and a text config itself otherwise)."""
     text = dict(record.text_config)
-    return CONFIG_MAPPING[record.parse_as or text["model_type"]](**text)
+    config = CONFIG_MAPPING[record.parse_as or text["model_type"]](**text)
+    return config.get_text_config()
 
 
 def per_layer_type(config) -> dict[str | None, dict]:
