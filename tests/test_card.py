@@ -527,6 +527,40 @@ def test_ignored_keys_match_transformers_warning():
     assert "original_max_position_embeddings" in lint.message
 
 
+def test_ignored_keys_skip_the_layers_the_config_class_fills(caplog):
+    """Olmo 3 written the v4 way: one flat YaRN rope_scaling, which Olmo3Config gives
+    to the full layers only; the sliding layers get default RoPE and read none of its
+    keys, so transformers reports nothing, and neither does the card."""
+    flat = {k: v for k, v in OLMO3.items() if k != "rope_parameters"}
+    flat.update(rope_theta=500000.0, layer_types=(["sliding_attention"] * 3
+                + ["full_attention"]) * 8,
+                rope_scaling=dict(OLMO3["rope_parameters"]["full_attention"]))
+    flat["rope_scaling"].pop("rope_theta")
+    card = position_card(flat)
+    assert {g.rope_type for g in card.groups} == {"default", "yarn"}
+    assert "ignored-keys" not in ids(flat)
+    with caplog.at_level("INFO"):
+        transformers.AutoConfig.for_model(**copy.deepcopy(flat))
+    assert "Unrecognized keys" not in caplog.text
+    # the same keys on a layer whose rope_type does not use them are still reported
+    assert "ignored-keys" in ids(_with(flat, rope_scaling={
+        **flat["rope_scaling"], "rope_type": "linear"}))
+
+
+@pytest.mark.parametrize("kind", ["qwen2_vl", "qwen2_5_vl"])
+def test_mrope_is_default_rope_for_both_qwen_vl_generations(kind):
+    """Qwen2-VL's and Qwen2.5-VL's configs write M-RoPE as rope_type "mrope", which
+    their config classes read as default RoPE with an mrope_section."""
+    config = {"model_type": kind, "hidden_size": 3584, "num_attention_heads": 28,
+              "num_hidden_layers": 28, "num_key_value_heads": 4,
+              "max_position_embeddings": 32768, "rope_theta": 1000000.0,
+              "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}
+    card = position_card(config)
+    assert [g.rope_type for g in card.groups] == ["default"]
+    cfg = transformers.AutoConfig.for_model(**copy.deepcopy(config)).get_text_config()
+    check_against_transformers(card, cfg)
+
+
 def test_gguf_rope_freqs_lint():
     meta = {
         "general.architecture": "llama",
@@ -690,7 +724,7 @@ def test_every_released_config_makes_a_card():
         text = copy.deepcopy(dict(record.text_config))
         kind = record.parse_as or text.pop("model_type")
         text.pop("model_type", None)
-        cfg = transformers.AutoConfig.for_model(kind, **text)
+        cfg = transformers.AutoConfig.for_model(kind, **text).get_text_config()
         assert card.num_hidden_layers == cfg.num_hidden_layers, slug
         assert sum(len(g.layers) for g in card.groups) == cfg.num_hidden_layers, slug
         check_against_transformers(card, cfg)

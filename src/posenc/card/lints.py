@@ -21,6 +21,7 @@ from .parse import (
     NESTED_MODEL_TYPES,
     SLIDING,
     TOP_LEVEL_ORIGINAL_MODEL_TYPES,
+    _RENAMED,
     is_nested,
 )
 
@@ -215,7 +216,15 @@ def _ignored_keys(data: dict, card: PositionCard) -> list[Lint]:
         allowed = TRANSFORMERS_KEYS.get(group.rope_type or "")
         if not group.rope or allowed is None:
             continue
-        given = set(_raw(data, group.layer_type)) | set(group.rope_parameters)
+        raw = _raw(data, group.layer_type)
+        raw_type = raw.get("rope_type", raw.get("type"))
+        raw_type = _RENAMED.get(data.get("model_type") or "", {}).get(raw_type, raw_type)
+        # a layer type the config class gives its own parameters (Olmo3Config: the
+        # sliding layers get default RoPE from a flat YaRN rope_scaling) reads none of
+        # the file's keys, and transformers validates only what it gave the layer
+        given = set(group.rope_parameters)
+        if raw_type in (None, group.rope_type):
+            given |= set(raw)
         extra = given - allowed - {"type", "partial_rotary_factor"}
         extra -= set(IGNORED_ROPE_PARAMETERS)
         if extra:

@@ -45,10 +45,14 @@ DEFAULT_THETA: dict[str, float | dict[str, float]] = {
 TOP_LEVEL_ORIGINAL_MODEL_TYPES = ("phi3", "phi4_multimodal")
 
 #: Legacy ``rope_type`` names the config classes rename: Phi-3's "su" and "yarn"
-#: are LongRoPE (Phi3Config), Qwen2-VL's "mrope" is plain RoPE (Qwen2VLConfig).
+#: are LongRoPE (Phi3Config); Qwen2-VL's and Qwen2.5-VL's "mrope" is plain RoPE
+#: (convert_rope_params_to_dict of Qwen2VLTextConfig and Qwen2_5_VLTextConfig).
 _RENAMED = {
     "phi3": {"su": "longrope", "yarn": "longrope"},
-    "qwen2_vl": {"mrope": "default"},
+    **{
+        kind: {"mrope": "default"}
+        for kind in ("qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text")
+    },
 }
 
 
