@@ -19,7 +19,8 @@ import torch
 
 from posenc.card import LINTS, PositionCard, position_card
 from posenc.card.card import MLA_MSCALE_MODEL_TYPES
-from posenc.card.parse import DEFAULT_THETA, TOP_LEVEL_ORIGINAL_MODEL_TYPES
+from posenc.card import class_defaults
+from posenc.card.parse import TOP_LEVEL_ORIGINAL_MODEL_TYPES
 
 transformers = pytest.importorskip("transformers")
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
@@ -401,6 +402,37 @@ def test_regions_and_turns():
         assert row.turns_in_original == pytest.approx(8192 / row.wavelength)
 
 
+def test_the_stored_class_defaults_are_transformers():
+    """class_defaults.json is what the pinned transformers' config classes fill in:
+    regenerated here, it must come back unchanged (python -m
+    posenc.card.class_defaults rewrites it after a transformers upgrade)."""
+    stored = json.loads(class_defaults.PATH.read_text())
+    assert stored["transformers"] == transformers.__version__
+    assert class_defaults.generate() == stored
+
+
+@pytest.mark.parametrize("config", [
+    {"model_type": "glm", "hidden_size": 4096, "num_attention_heads": 32,
+     "num_hidden_layers": 40, "rope_theta": 5e6},
+    {"model_type": "qwen3_next", "hidden_size": 2048, "num_attention_heads": 16,
+     "head_dim": 256, "num_hidden_layers": 48, "rope_theta": 1e7},
+    {"model_type": "gpt_neox", "hidden_size": 2048, "num_attention_heads": 16,
+     "num_hidden_layers": 16, "rotary_pct": 0.25, "rotary_emb_base": 20000},
+    {"model_type": "smollm3", "hidden_size": 2048, "num_attention_heads": 16,
+     "num_hidden_layers": 36},
+    {"model_type": "qwen2_vl", "hidden_size": 3584, "num_attention_heads": 28,
+     "num_hidden_layers": 28},
+])
+def test_a_silent_config_gets_its_classs_positions(config):
+    """Where a config leaves out partial_rotary_factor (or writes GPT-NeoX's
+    rotary_pct) or rope_theta, the card uses what the config class fills in, as
+    transformers does: GLM rotates half of each head, Qwen3-Next a quarter."""
+    card = position_card(config)
+    assert "unknown-model-type" not in {w.id for w in card.warnings}
+    check_against_transformers(
+        card, transformers.AutoConfig.for_model(**copy.deepcopy(config)).get_text_config())
+
+
 def test_tables_name_the_transformers_lists():
     """The card's per-model tables agree with transformers 5.23's sources."""
     root = Path(transformers.__file__).parent / "models"
@@ -410,11 +442,6 @@ def test_tables_name_the_transformers_lists():
         if "def yarn_apply_mscale" in p.read_text()
     }
     assert with_mscale <= set(MLA_MSCALE_MODEL_TYPES)
-    for model_type, theta in DEFAULT_THETA.items():
-        cls = type(transformers.AutoConfig.for_model(model_type))
-        expected = cls.default_theta
-        assert theta == ({"global": expected["global"], "local": expected["local"]}
-                         if isinstance(expected, dict) else expected)
     for model_type in TOP_LEVEL_ORIGINAL_MODEL_TYPES:
         cls = type(transformers.AutoConfig.for_model(model_type))
         assert "original_max_position_embeddings" in cls.__annotations__
@@ -476,6 +503,7 @@ LINT_CASES = {
         {k: v for k, v in LLAMA31.items() if k != "num_hidden_layers"},
         LLAMA31,
     ),
+    "unknown-model-type": (_with(LLAMA31, model_type="my_llama"), LLAMA31),
 }
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from ..rope_config import IGNORED_ROPE_PARAMETERS
 from .card import Lint, PositionCard
+from .class_defaults import known, transformers_version
 from .parse import (
     NESTED_MODEL_TYPES,
     SLIDING,
@@ -48,6 +49,8 @@ LINTS: dict[str, str] = {
     "default-theta": "book/context_extension.ipynb — The names in a model's "
     "configuration",
     "gguf-rope-freqs": _FAIL + "What Llama 3's frequency factors select",
+    "unknown-model-type": "book/context_extension.ipynb — The names in a model's "
+    "configuration",
     "layer-count-unknown": "book/mixing_layers.ipynb — Today's models: a pattern of "
     "layers",
 }
@@ -218,7 +221,8 @@ def _ignored_keys(data: dict, card: PositionCard) -> list[Lint]:
             continue
         raw = _raw(data, group.layer_type)
         raw_type = raw.get("rope_type", raw.get("type"))
-        raw_type = _RENAMED.get(data.get("model_type") or "", {}).get(raw_type, raw_type)
+        renamed = _RENAMED.get(data.get("model_type") or "", {})
+        raw_type = renamed.get(raw_type, raw_type)
         # a layer type the config class gives its own parameters (Olmo3Config: the
         # sliding layers get default RoPE from a flat YaRN rope_scaling) reads none of
         # the file's keys, and transformers validates only what it gave the layer
@@ -339,6 +343,13 @@ def _defaults(data: dict, card: PositionCard) -> list[Lint]:
             out.append(_lint("default-theta", (
                 f"the config gives no rope_theta: the card used {bases}, the config "
                 "class's default. Write the base into the config"), "note"))
+    model_type = data.get("model_type")
+    if any(g.rope for g in card.groups) and not known(model_type):
+        out.append(_lint("unknown-model-type", (
+            f"model_type {model_type!r} is not a RoPE config class of transformers "
+            f"{transformers_version()}: where the config is silent the card assumed "
+            "rope_theta 10000 and the whole head rotated, transformers' fallbacks. "
+            "Check both against the model's code, or write them into the config")))
     if "rope_freqs.weight" in data.get("_gguf_tensors", []):
         out.append(_lint("gguf-rope-freqs", (
             "the GGUF file carries rope_freqs.weight, per-pair divisors of θ "

@@ -16,6 +16,8 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 
+from .class_defaults import class_default
+
 #: The layer-type names transformers uses in ``layer_types``.
 FULL, SLIDING, CHUNKED, LINEAR = (
     "full_attention",
@@ -28,16 +30,10 @@ FULL, SLIDING, CHUNKED, LINEAR = (
 #: ``rope_scaling`` goes to the full layers only; the sliding ones keep plain RoPE).
 NESTED_MODEL_TYPES = ("gemma3_text", "gemma3", "gemma3n_text", "olmo3")
 
-#: A config class's ``default_theta`` where it is not 10000 (the base when the config
-#: gives no ``rope_theta``), for the model types the card knows; "global"/"local" for
-#: Gemma 3's full and sliding layers.
-DEFAULT_THETA: dict[str, float | dict[str, float]] = {
-    "gemma3_text": {"global": 1_000_000.0, "local": 10_000.0},
-    "olmo3": 500_000.0,
-    "gpt_oss": 150_000.0,
-    "llama4_text": 500_000.0,
-    "cohere": 500_000.0,
-}
+#: Model types whose config class reads GPT-NeoX's names: ``rotary_pct`` as
+#: ``partial_rotary_factor`` and ``rotary_emb_base`` as ``rope_theta``
+#: (configuration_gpt_neox*.py, convert_rope_params_to_dict).
+NEOX_NAMES_MODEL_TYPES = ("gpt_neox", "gpt_neox_japanese")
 
 #: Model types whose config class has a top-level ``original_max_position_embeddings``
 #: field, which then wins over the one in ``rope_parameters`` (transformers 5.23:
@@ -72,9 +68,23 @@ def is_nested(rope_parameters: object) -> bool:
     )
 
 
-def _default_theta(model_type: str | None, which: str = "global") -> float:
-    value = DEFAULT_THETA.get(model_type or "", 10_000.0)
-    return value[which] if isinstance(value, dict) else value
+def _default_theta(model_type: str | None, layer_type: str = FULL) -> float:
+    """The config class's base when the config gives none (class_defaults.json;
+    10000, transformers' own fallback, for a model type it does not know)."""
+    value = class_default(model_type, "rope_theta", layer_type)
+    return 10_000.0 if value is None else value
+
+
+def _partial(config: dict, layer_type: str = FULL) -> float | None:
+    """``partial_rotary_factor`` as the config class reads it: the config's own (or
+    GPT-NeoX's ``rotary_pct``), else the class default (GlmConfig 0.5, ...)."""
+    value = config.get("partial_rotary_factor")
+    if value is None and config.get("model_type") in NEOX_NAMES_MODEL_TYPES:
+        value = config.get("rotary_pct")
+    if value is None:
+        value = class_default(config.get("model_type"), "partial_rotary_factor",
+                              layer_type)
+    return value
 
 
 def _standardize(params: dict, config: dict, *, top_level_original: bool) -> dict:
@@ -104,17 +114,19 @@ def rope_parameters_by_type(config: dict) -> tuple[dict[str, dict | None], bool]
         ``(by_type, nested)``: ``{layer_type: params}`` (the key ``"*"`` when one flat
         dict serves every layer), each params dict complete with ``rope_type``,
         ``rope_theta`` (the config's, else the class default of
-        :data:`DEFAULT_THETA`, else 10000), ``partial_rotary_factor`` where the
-        config gives one, and ``original_max_position_embeddings`` for llama3, yarn
-        and longrope (filled in from ``max_position_embeddings`` when missing, as
-        transformers does; the lints say so); ``nested`` is True when the config or
+        :mod:`~posenc.card.class_defaults`, else 10000), ``partial_rotary_factor``
+        where the config or its class gives one, and
+        ``original_max_position_embeddings`` for llama3, yarn and longrope (filled in
+        from ``max_position_embeddings`` when missing, as transformers does; the
+        lints say so); ``nested`` is True when the config or
         its class keys the parameters by layer type.
     """
     model_type = config.get("model_type")
     scaling = config.get("rope_scaling")
     v5 = config.get("rope_parameters")
     top_theta = config.get("rope_theta")
-    partial = config.get("partial_rotary_factor")
+    if top_theta is None and model_type in NEOX_NAMES_MODEL_TYPES:
+        top_theta = config.get("rotary_emb_base")
     if model_type in NESTED_MODEL_TYPES and not (v5 and not is_nested(v5)):
         return _nested_family(config, scaling, v5), True
     params = copy.deepcopy(scaling or v5 or {})
@@ -125,13 +137,16 @@ def rope_parameters_by_type(config: dict) -> tuple[dict[str, dict | None], bool]
                 out[layer_type] = None
                 continue
             entry = dict(entry)
-            entry.setdefault("rope_theta", top_theta or _default_theta(model_type))
+            entry.setdefault("rope_theta",
+                             top_theta or _default_theta(model_type, layer_type))
+            partial = _partial(config, layer_type)
             if partial is not None:
                 entry.setdefault("partial_rotary_factor", partial)
             out[layer_type] = _standardize(entry, config, top_level_original=False)
         return out, True
     params = dict(params)
     params.setdefault("rope_theta", top_theta or _default_theta(model_type))
+    partial = _partial(config)
     if partial is not None:
         params.setdefault("partial_rotary_factor", partial)
     top_level = model_type in TOP_LEVEL_ORIGINAL_MODEL_TYPES
@@ -150,12 +165,12 @@ def _nested_family(config: dict, scaling: object, v5: object) -> dict[str, dict]
     if scaling:
         nested[FULL].update(scaling)
     top = config.get("rope_theta")
-    nested[FULL].setdefault("rope_theta", top or _default_theta(model_type, "global"))
+    nested[FULL].setdefault("rope_theta", top or _default_theta(model_type, FULL))
     if model_type == "olmo3":
-        local = top or _default_theta(model_type)
+        local = top or _default_theta(model_type, SLIDING)
     else:
         local = config.get("rope_local_base_freq")
-        local = local or _default_theta(model_type, "local")
+        local = local or _default_theta(model_type, SLIDING)
     nested[SLIDING].setdefault("rope_theta", local)
     for key, entry in nested.items():
         _standardize(entry, config, top_level_original=False)
