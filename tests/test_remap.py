@@ -427,7 +427,7 @@ def test_bad_attention_input_raises():
         self_extend_attention(q, k, v, torch.zeros(3, 29, dtype=torch.long), **kw)
     with pytest.raises(ValueError, match="H = 3 heads and k, v have H_kv = 2.*multiple"):
         rerope_attention(q, k[:, :2], v[:, :2], window=3)
-    with pytest.raises(ValueError, match="multiple of H_kv"):
+    with pytest.raises(ValueError, match="multiple of H_kv.*num_key_value_heads"):
         relative_rope_scores(q, k[:, :2], torch.zeros(29, 29))
 
 

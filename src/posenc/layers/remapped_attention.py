@@ -115,7 +115,9 @@ def repeat_kv_heads(
         raise ValueError(
             f"q has H = {heads} heads and k, v have H_kv = {kv_heads}: grouped-query "
             "attention needs H to be a multiple of H_kv (each key head serves H / "
-            "H_kv query heads); repeat or reshape the keys to match"
+            "H_kv query heads). For a transformers model, H_kv is the config's "
+            "num_key_value_heads: pass k and v as (B, num_key_value_heads, T, "
+            "head_dim), the shape its k_proj and v_proj give"
         )
     groups = heads // kv_heads
     return k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
