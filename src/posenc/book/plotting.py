@@ -268,6 +268,61 @@ def figure_html(fig) -> str:
     )
 
 
+#: The MIME type under which :func:`glue_figure` stores a figure's slide drawing
+#: (:func:`posenc.book.slide_figure.slide_png`, base64 PNG). The page does not show it
+#: (myst-nb renders the output's text/html); the lecture decks do.
+SLIDE_MIME = "application/vnd.posenc.slide-png+base64"
+
+
+def glue_figure(name: str, fig) -> None:
+    """Display ``fig`` in a chapter cell as the book displays every figure (its
+    :func:`figure_html` picture, its :func:`figure_png` PNG and matplotlib's text),
+    labelled ``name`` for myst-nb's glue (output metadata ``{"scrapbook": {"name":
+    name, "mime_prefix": ""}}``, what ``myst_nb.glue(name, fig)`` writes), with the
+    figure's slide drawing (:func:`posenc.book.slide_figure.slide_png`) in the same
+    output under :data:`SLIDE_MIME`, for a lecture's ``{figure}`` (:mod:`posenc.book.
+    lecture`). The figure is then closed, so that the inline backend does not show it a
+    second time.
+
+    Args:
+        name: the label, kebab-case and prefixed by the chapter's stem
+            (``"rope-wavelengths"``).
+        fig: a matplotlib Figure.
+
+    Raises:
+        ValueError: if ``name`` is not kebab-case (lowercase letters, digits, hyphens).
+
+    Source: myst-nb 1.4, ``myst_nb/ext/glue/__init__.py`` (``glue``, the metadata).
+    """
+    import base64
+    import re
+
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    from .slide_figure import slide_png
+
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name):
+        raise ValueError(
+            f"glue_figure: label {name!r} is not kebab-case; use lowercase letters, "
+            "digits and hyphens, prefixed by the chapter's stem "
+            "(e.g. 'rope-wavelengths')"
+        )
+
+    def b64(png: bytes) -> str:
+        return base64.b64encode(png).decode()
+
+    bundle = {
+        "text/plain": repr(fig),
+        "text/html": figure_html(fig),
+        "image/png": b64(figure_png(fig)),
+        SLIDE_MIME: b64(slide_png(fig)),
+    }
+    metadata = {"scrapbook": {"name": name, "mime_prefix": ""}}
+    display(bundle, raw=True, metadata=metadata)
+    plt.close(fig)
+
+
 def png_text_metadata(path_or_bytes) -> dict[str, float] | None:
     """The ``posenc:`` text chunks of a PNG written by :func:`figure_png`, as numbers
     (``font_pt_min``, ``dpi``), with the image's width in pixels (``natural_px``);
