@@ -103,3 +103,182 @@ def test_a_label_that_is_not_kebab_case_and_a_figure_without_text_are_refused():
     with pytest.raises(ValueError, match="no visible text"):
         slide_png(bare)
     plt.close(bare)
+
+
+# --- the builder, on a fixture lecture and chapter of its own --------------------------
+
+import re  # noqa: E402
+import shutil  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from posenc.book import lecture as lec  # noqa: E402
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "lectures"
+LECTURES = sorted((Path(__file__).resolve().parents[1] / "book" / "lectures").glob("*.md"))
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory):
+    """The fixture chapter executed in a kernel and stored in an execution cache of its
+    own, as posenc.book.execute stores a chapter: (notebooks folder, cache folder)."""
+    import nbformat
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+    from jupyter_cache.executors.utils import single_nb_execution
+
+    folder = tmp_path_factory.mktemp("book")
+    path = folder / "tiny_chapter.ipynb"
+    shutil.copy(FIXTURES / "tiny_chapter.ipynb", path)
+    result = single_nb_execution(nbformat.read(path, as_version=4), cwd=str(folder),
+                                 timeout=120, allow_errors=False, meta_override=True)
+    assert result.err is None, result.exc_string
+    cache = folder / "cache"
+    get_cache(str(cache)).cache_notebook_bundle(
+        CacheBundleIn(result.nb, str(path)), check_validity=False, overwrite=True)
+    return folder, cache
+
+
+@pytest.fixture(scope="module")
+def deck(executed, tmp_path_factory):
+    notebooks, cache = executed
+    out = tmp_path_factory.mktemp("html") / "lectures"
+    path = lec.build("tiny", lectures=FIXTURES, notebooks=notebooks, cache_path=cache, out=out)
+    return path.read_text()
+
+
+def test_a_source_is_parsed_into_timed_sections_of_slides_with_notes():
+    lecture = lec.load("tiny", FIXTURES)
+    assert (lecture.title, lecture.minutes) == ("A tiny lecture", 10)
+    assert [(s.title, s.minutes, len(s.slides)) for s in lecture.sections] == [
+        ("Frequencies", 6, 2), ("Rotation", 4, 2)]
+    first = lecture.slides[0]
+    assert first.heading == "The slowest pair turns slowly"
+    assert first.body.startswith("Pair {value}`tiny_chapter:tiny-chapter-pairs`")
+    assert first.notes.startswith("A head of eight features") and "Note:" not in first.body
+    # a '#' inside a code block is code, not a section
+    code = lec.parse("---\ntitle: t\nminutes: 1\n---\n# S {minutes=1}\n## H\n```python\n"
+                     "# a comment\nx = 1\n```\nNote:\nsaid\n")
+    assert len(code.sections) == 1 and "# a comment" in code.slides[0].body
+
+
+def test_the_deck_shows_the_chapters_values_figure_and_explorer(deck, executed):
+    import base64
+
+    from posenc.book.interactive import SITE_SCRIPT
+
+    # the value is the chapter's text, as it formatted it: 10000^(-6/8), 4 decimals
+    assert f'<span class="posenc-value">{10000 ** (-6 / 8):.4f}</span>' in deck
+    assert '<span class="posenc-value">4</span>' in deck  # len(inv_freq) for head_dim 8
+    # the figure is the chapter's slide drawing, shown at its CSS width
+    notebooks, cache = executed
+    glued = lec.Outputs(notebooks, cache).get("tiny_chapter:tiny-chapter-inv-freq", "figure")
+    png = base64.b64decode(glued[plotting.SLIDE_MIME])
+    img = re.search(r'<img class="posenc-slide-figure" src="data:image/png;base64,([^"]+)" '
+                    r'width="(\d+)"', deck)
+    assert base64.b64decode(img.group(1)) == png
+    assert int(img.group(2)) == round(slide_css_width(png))
+    # the explorer: every state precomputed, plotly.js from the built site
+    assert f'src="{SITE_SCRIPT}"' in deck or SITE_SCRIPT in deck
+    spec = re.search(r'<script type="application/json" id="posenc-fig-rope_rotation-spec">'
+                     r"(.*?)</script>", deck, re.S)
+    import json
+
+    spec = json.loads(spec.group(1))
+    from posenc.book.explorers import rope_rotation
+
+    assert spec["states"] == json.loads(json.dumps(rope_rotation().states))
+    assert spec["layout"]["height"] == lec.EXPLORER_PX
+    fonts = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("font"), dict) and "size" in node["font"]:
+                fonts.append(node["font"]["size"])
+            [walk(v) for v in node.values()]
+        elif isinstance(node, list):
+            [walk(v) for v in node]
+    walk(spec["layout"])
+    assert min(f for f in fonts if f > 8) >= SLIDE_MIN_TEXT_PX  # 6: hidden step labels
+
+
+def test_the_deck_is_reveal_js_with_notes_stacks_and_the_sites_scripts(deck):
+    assert deck.count('<aside class="notes">') == 1 + 4  # the title slide and 4 slides
+    # each section is a vertical stack: a <section> holding its slides' <section>s
+    stacks = re.findall(r'<section data-posenc-section="([^"]+)">', deck)
+    assert stacks == ["Frequencies", "Rotation"]
+    for asset in ("../_static/reveal.js/dist/reveal.js", "../_static/mathjax/es5/tex-chtml.js",
+                  "../_static/reveal.js/plugin/notes/notes.js"):
+        assert f'src="{asset}"' in deck
+    assert "width: 1280, height: 800, margin: 0" in deck
+    assert r"\[\theta_i = b^{-2i/d}\]" in deck  # math for MathJax, untouched
+    assert "http://" not in deck and "https://" not in deck  # offline
+
+
+def test_an_unknown_label_is_refused_naming_the_label_and_the_notebook(executed):
+    notebooks, cache = executed
+    outputs = lec.Outputs(notebooks, cache)
+    with pytest.raises(lec.LectureError, match=r"book/tiny_chapter.ipynb glues no label "
+                       r"'tiny-chapter-missing'"):
+        outputs.value("tiny_chapter:tiny-chapter-missing")
+    with pytest.raises(lec.LectureError, match="no slide drawing"):
+        outputs.figure("tiny_chapter:tiny-chapter-pairs")  # a value, not glue_figure
+    with pytest.raises(lec.LectureError, match="'notebook:kebab-case-label'"):
+        outputs.value("tiny-chapter-pairs")
+    with pytest.raises(lec.LectureError, match="has no nope"):
+        lec.explorer_html("nope")
+
+
+def test_a_chapter_missing_from_the_cache_says_build_the_book_first(executed, tmp_path):
+    notebooks, _ = executed
+    outputs = lec.Outputs(notebooks, tmp_path / "empty-cache")
+    with pytest.raises(lec.LectureError, match=r"tiny_chapter.ipynb has no outputs .*"
+                       r"build the book first"):
+        outputs.value("tiny_chapter:tiny-chapter-pairs")
+
+
+def _one_slide(body, notes="Said aloud.", minutes=1, total=1):
+    return lec.parse(f"---\ntitle: t\nminutes: {total}\n---\n# S {{minutes={minutes}}}\n"
+                     f"## A heading\n{body}\n" + (f"Note:\n{notes}\n" if notes else ""))
+
+
+@pytest.mark.parametrize("body, notes, minutes, found", [
+    ("Fine words.", "Said.", 2, "minutes add up to 2, not 1"),
+    ("Fine words.", "", 1, "no speaker notes"),
+    (" ".join(["word"] * 41), "Said.", 1, "41 visible words"),
+    ("```python\n" + "x = 1\n" * 9 + "```", "Said.", 1, "a code block of 9 lines"),
+    ("The error is 0.003 here.", "Said.", 1, "numbers not from a {value}: ['0.003']"),
+    ("Read the figure below.", "Said.", 1, "refers to the page ('the figure below')"),
+    ("As shown above, it turns.", "Said.", 1, "refers to the page ('shown above')"),
+    ("Fine.", "Open the dropdown.", 1, "refers to the page ('dropdown')"),
+    ("Fine.", "The proof is folded.", 1, "refers to the page ('folded')"),
+    ("Fine.", "As in this chapter.", 1, "refers to the page ('this chapter')"),
+])
+def test_the_lecture_rules_find_what_breaks_them(body, notes, minutes, found):
+    problems = lec.problems(_one_slide(body, notes, minutes=minutes))
+    assert any(found in p for p in problems), problems
+    assert len(problems) == 1
+
+
+def test_what_the_rules_allow():
+    # 40 words, 8 lines of code, numbers in values, math, code and proper names
+    ok = _one_slide(" ".join(["word"] * 37) + " {value}`rope:rope-x` in Llama 3",
+                    "Said.")
+    assert lec.problems(ok) == []
+    ok = _one_slide("```python\n" + "x = 2\n" * 8 + "```\n\n$$b^{-2i/d}$$ for Qwen3")
+    assert lec.problems(ok) == []
+    # below and above that compare, not point at the page
+    ok = _one_slide("Wavelengths below L stay; pairs above the dashed line never turn.",
+                    "The score is printed above the plot.")
+    assert lec.problems(ok) == []
+    with pytest.raises(lec.LectureError, match="needs its minutes"):
+        lec.parse("---\ntitle: t\nminutes: 1\n---\n# S\n## H\n")
+    with pytest.raises(lec.LectureError, match="the front matter has no 'minutes'"):
+        lec.parse("---\ntitle: t\n---\n# S {minutes=1}\n")
+
+
+@pytest.mark.parametrize("path", [FIXTURES / "tiny.md", *LECTURES], ids=lambda p: p.stem)
+def test_every_lecture_keeps_the_rules(path):
+    """The rules on every lecture of book/lectures (and the fixture): minutes, heading
+    and notes, words, code lines, numbers from values, no page references."""
+    lecture = lec.parse(path.read_text(), path.stem)
+    assert lec.problems(lecture) == []

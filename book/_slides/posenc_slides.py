@@ -14,7 +14,6 @@ import re
 import textwrap
 from pathlib import Path
 
-from jupyter_cache import get_cache
 from nbconvert.preprocessors import Preprocessor
 from traitlets import Bool
 from pybtex.database import parse_file
@@ -38,12 +37,13 @@ def chapter_notebooks() -> list[str]:
 def with_outputs(nb, path: str = "the notebook"):
     """The notebook with the outputs the book build stored for it in its execution cache
     (jupyter-cache, _build/.jupyter_cache): the decks show exactly what the site shows."""
+    from posenc.book.lecture import merged_outputs  # the lectures read the cache the same way
+
     try:
-        _, merged = get_cache(str(ROOT / "_build" / ".jupyter_cache")).merge_match_into_notebook(nb)
-    except KeyError:
+        return merged_outputs(nb, ROOT / "_build" / ".jupyter_cache")
+    except LookupError:
         raise RuntimeError(f"{path} has no outputs in _build/.jupyter_cache: build the book (make book) first, "
                            "then the slides") from None
-    return merged
 
 
 def python_object_source(path: Path, name: str, *, docstring: bool = True) -> str:

@@ -280,9 +280,9 @@ def glue_figure(name: str, fig) -> None:
     labelled ``name`` for myst-nb's glue (output metadata ``{"scrapbook": {"name":
     name, "mime_prefix": ""}}``, what ``myst_nb.glue(name, fig)`` writes), with the
     figure's slide drawing (:func:`posenc.book.slide_figure.slide_png`) in the same
-    output under :data:`SLIDE_MIME`, for a lecture's ``{figure}`` (:mod:`posenc.book.
-    lecture`). The figure is then closed, so that the inline backend does not show it a
-    second time.
+    output under :data:`SLIDE_MIME`, for a lecture's ``{figure}``
+    (:mod:`posenc.book.lecture`). The figure is then closed, so that the inline backend
+    does not show it a second time.
 
     Args:
         name: the label, kebab-case and prefixed by the chapter's stem
