@@ -1,6 +1,6 @@
 # The two entry points of the project. Each creates (or reuses) the local virtual environment .venv.
-#   make book   execute every chapter, build the site into _build/html/index.html and the lecture
-#               decks into _build/html/slides/
+#   make book   execute every chapter, build the site into _build/html/index.html, the chapters'
+#               decks into _build/html/slides/ and the lectures into _build/html/lectures/
 #   make test   unit/property/parity tests, every chapter run alone under nbval in a clean
 #               environment through its own install cell (the Colab path) and the other notebooks
 #               under nbval, a strict site build, the decks, and every page and deck in headless
@@ -30,7 +30,7 @@ export POSENC_FIGURES := site
 VENDOR := book/_vendor
 ASSETS := $(VENDOR)/node_modules/.package-lock.json
 
-.PHONY: colab-times book prepare study study-verify study-check bench slides test test-chapters-site pytest notebooks \
+.PHONY: colab-times book prepare grader-env problems study study-verify study-check bench slides test test-chapters-site pytest notebooks \
 	page-notebooks strict-book \
 	site-tests clean-env-tests clean
 
@@ -72,9 +72,43 @@ book: prepare study-verify $(ASSETS)
 	$(MAKE) slides
 	@echo "Open _build/html/index.html"
 
-# One reveal.js deck per chapter from the notebooks the book build executed.
+# One reveal.js deck per chapter from the notebooks the book build executed, and every lecture
+# (book/lectures/*.md, posenc.book.lecture) into _build/html/lectures/.
 slides: $(STAMP) $(ASSETS)
 	$(BIN)/jupyter nbconvert --config book/_slides/nbconvert_config.py
+	$(BIN)/python -m posenc.book.lecture --all
+
+# One lecture, after the book build: make lecture NAME=rope writes _build/html/lectures/rope.html.
+lecture: $(STAMP) $(ASSETS)
+	@test -n "$(NAME)" || { echo "usage: make lecture NAME=<a book/lectures/NAME.md>"; exit 2; }
+	$(BIN)/python -m posenc.book.lecture $(NAME)
+
+# The RoPE lecture's problem set (posenc.book.problems), graded by otter-grader in an environment
+# of its own, .venv-grader, so that the book's pins in .venv do not move. Like .venv it is built
+# once and reused while its requirements' checksum is unchanged. Its Python sees .venv's
+# site-packages after its own (zz_book_venv.pth): posenc, torch and the notebook kernel come from
+# .venv, and otter's pins win where the two overlap.
+GRADER_REQUIREMENTS := book/lectures/rope_problems/requirements-grader.txt
+GRADER_VENV  := .venv-grader
+GRADER_STAMP := $(GRADER_VENV)/.installed-$(shell cksum $(GRADER_REQUIREMENTS) | cksum | cut -d' ' -f1)
+
+$(GRADER_STAMP): $(GRADER_REQUIREMENTS) $(STAMP)
+	rm -rf $(GRADER_VENV)
+	$(PYTHON) -m venv $(GRADER_VENV)
+	$(GRADER_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r $(GRADER_REQUIREMENTS)
+	$(GRADER_VENV)/bin/python -c "import sys, sysconfig, pathlib; \
+	  pathlib.Path(sysconfig.get_paths()['purelib'], 'zz_book_venv.pth').write_text( \
+	  'import site; site.addsitedir(%r)\n' % sys.argv[1])" \
+	  "$$($(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")"
+	touch $@
+
+grader-env: $(GRADER_STAMP)
+
+# The student's copy (questions, public checks and an install cell, for Colab) into
+# _build/html/lectures/rope_problems/; the solutions and the autograder with its hidden checks
+# into _build/problems/rope_problems/, outside the published site.
+problems: grader-env
+	$(GRADER_VENV)/bin/python -m posenc.book.problems build rope_problems
 
 # Each chapter executes once: clean-env-tests runs it under nbval on the Colab path, and the
 # outputs fill the book's execution cache, which the strict build then reads instead of
