@@ -10,7 +10,7 @@ writes ``_build/html/lectures/NAME.html`` (``make lecture NAME=rope``; ``make bo
 builds every ``book/lectures/*.md``). The deck loads reveal.js, MathJax and plotly.js
 from the built site (``../_static/``), so it works offline, once the book is built.
 
-The source format (book/lectures/README and issue 41's design)::
+The source format (issue 41)::
 
     ---
     title: ...
