@@ -1,0 +1,207 @@
+"""The RoPE lecture's problem set (book/lectures/rope_problems/rope_problems.ipynb), graded by
+otter-grader against the package (posenc.book.problems): the solutions get full marks, the
+student's blank copy none, and a copy with one planted wrong answer loses exactly that question's
+points. Every expected score comes from the source notebook's question configs, never a typed
+number. The student's copy carries its questions and public tests, not a solution or a hidden
+test. The values the hidden tests compare against (posenc's) agree with transformers 5.23 at the
+problem set's settings.
+
+The grading runs in the grader environment .venv-grader (``make grader-env``), whose Python sees
+the book's .venv after its own packages; without it these tests skip and say so, unless
+``POSENC_REQUIRE_GRADER=1``, where they fail. One build and three gradings: about 80 s on 2 busy
+cores.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+import yaml
+
+from posenc import rope_inv_freq
+
+ROOT = Path(__file__).resolve().parents[1]
+NAME = "rope_problems"
+SOURCE = ROOT / "book" / "lectures" / NAME / f"{NAME}.ipynb"
+GRADER_PYTHON = ROOT / ".venv-grader" / "bin" / "python"
+GRADER_REQUIREMENTS = SOURCE.parent / "requirements-grader.txt"
+#: The question whose answer the planted copy gets wrong, and the line that plants it:
+#: one more pair "kept" than YaRN keeps, an answer that passes the public check (a count
+#: in range) and fails the hidden one.
+PLANTED = ("q5", "yarn_pairs_kept = yarn_pairs_kept + 1")
+
+
+def question_points() -> dict[str, float]:
+    """``{question: points}`` from the source notebook's ``# BEGIN QUESTION`` cells."""
+    points = {}
+    for cell in nbformat.read(SOURCE, as_version=4).cells:
+        if cell.cell_type == "raw" and cell.source.startswith("# BEGIN QUESTION"):
+            config = yaml.safe_load(cell.source)
+            points[config["name"]] = float(config.get("points", 1))
+    return points
+
+
+def grader(*args: str) -> str:
+    """Run ``python -m posenc.book.problems ARGS`` in the grader environment; its stdout."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    ran = subprocess.run([str(GRADER_PYTHON), "-m", "posenc.book.problems", *args], cwd=ROOT,
+                         capture_output=True, text=True, env={**env, "OMP_NUM_THREADS": "1"})
+    assert ran.returncode == 0, ran.stderr[-4000:]
+    return ran.stdout.strip().splitlines()[-1]
+
+
+def planted_copy(solutions: Path, where: Path) -> Path:
+    """The solutions notebook with :data:`PLANTED`'s line appended to the answer cell of its
+    question (the answer cell just before ``grader.check("q…")``)."""
+    question, line = PLANTED
+    nb = nbformat.read(solutions, as_version=4)
+    check = next(i for i, c in enumerate(nb.cells) if c.source.strip() == f'grader.check("{question}")')
+    answer = nb.cells[check - 1]
+    assert {"otter_answer_cell", "otter_assign_solution_cell"} & set(answer.metadata.get("tags", [])), answer.source
+    answer.source += "\n" + line
+    where.mkdir()
+    nbformat.write(nb, where / f"{NAME}.ipynb")
+    return where / f"{NAME}.ipynb"
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """The problem set built into a temporary folder, and the scores of the solutions, the
+    student's blank copy and the planted copy."""
+    if not GRADER_PYTHON.exists():
+        message = f"no grader environment {GRADER_PYTHON.parent.parent}: run `make grader-env`"
+        if os.environ.get("POSENC_REQUIRE_GRADER") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    where = tmp_path_factory.mktemp("problems")
+    html, work = where / "html" / "lectures" / NAME, where / "problems" / NAME
+    paths = {k: Path(v) for k, v in json.loads(grader(
+        "build", NAME, "--html-dir", str(html), "--work-dir", str(work))).items()}
+    planted = planted_copy(paths["solutions"], where / "planted")
+    notebooks = {"solutions": paths["solutions"], "blank": paths["student"], "planted": planted}
+    scores = json.loads(grader("grade", *map(str, notebooks.values()),
+                               "--autograder", str(paths["autograder"])))
+    return {"paths": paths, "html": html,
+            "scores": {kind: scores[str(path)] for kind, path in notebooks.items()}}
+
+
+def test_the_solutions_get_full_marks(graded):
+    points = question_points()
+    assert len(points) >= 5
+    assert graded["scores"]["solutions"] == {q: [p, p] for q, p in points.items()}
+
+
+def test_the_blank_copy_gets_none(graded):
+    assert graded["scores"]["blank"] == {q: [0.0, p] for q, p in question_points().items()}
+
+
+def test_a_planted_wrong_answer_loses_exactly_its_points(graded):
+    question, _ = PLANTED
+    points = question_points()
+    expected = {q: [0.0 if q == question else p, p] for q, p in points.items()}
+    assert graded["scores"]["planted"] == expected
+    total = sum(score for score, _ in graded["scores"]["planted"].values())
+    assert total == sum(points.values()) - points[question]
+
+
+def solution_lines(source: Path) -> list[str]:
+    """The lines of the source's answers that otter assign must take out of the student's
+    copy: those marked ``# SOLUTION`` (their code) and those between ``# BEGIN SOLUTION``
+    and ``# END SOLUTION`` inside a cell."""
+    lines = []
+    for cell in nbformat.read(source, as_version=4).cells:
+        if cell.cell_type != "code":
+            continue
+        inside = False
+        for line in cell.source.splitlines():
+            if re.match(r"\s*# BEGIN SOLUTION", line):
+                inside = True
+            elif re.match(r"\s*# END SOLUTION", line):
+                inside = False
+            elif inside or re.search(r"# SOLUTION( NO PROMPT)?$", line):
+                code = re.sub(r"\s*# SOLUTION( NO PROMPT)?$", "", line).strip()
+                lines.append(code.split("=", 1)[1].strip() if "=" in code else code)
+    return [line for line in lines if line]
+
+
+def test_the_published_copy_holds_questions_and_public_tests_only(graded):
+    """The student's copy is the only file published; it has every question's check, the
+    public tests in its install cell and neither an answer nor a hidden test; the solutions
+    and the autograder stay outside the published folder."""
+    html, paths = graded["html"], graded["paths"]
+    assert sorted(p.name for p in html.rglob("*")) == [f"{NAME}.ipynb"]
+    for kind in ("solutions", "autograder"):
+        assert html.parent.parent not in paths[kind].parents, kind
+    student = nbformat.read(paths["student"], as_version=4)
+    text = "\n".join(cell.source for cell in student.cells)
+    assert json.dumps(student.metadata).find("hidden") == -1
+    for line in solution_lines(SOURCE):
+        assert line not in text, f"the student's copy holds the answer {line!r}"
+    install = student.cells[[c.cell_type for c in student.cells].index("code")].source
+    (public,) = [ast.literal_eval(node.value) for node in ast.parse(install).body
+                 if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "PUBLIC_TESTS"]
+    assert sorted(public) == sorted(f"{q}.py" for q in question_points())
+    for name, test in public.items():
+        assert "'hidden': False" in test and "'hidden': True" not in test, name
+        assert f'grader.check("{name[:-3]}")' in text
+
+
+def test_the_install_cell_installs_what_the_problems_need():
+    """The first code cell installs posenc[book] from the repository of _config.yml, as the
+    chapters do, and otter-grader at the grader environment's version."""
+    first = next(c for c in nbformat.read(SOURCE, as_version=4).cells if c.cell_type == "code").source
+    repository = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+    assert f"git+{repository}.git" in first and "posenc[book] @ {source}" in first
+    pin = re.search(r"^otter-grader==(\S+)$", GRADER_REQUIREMENTS.read_text(), re.M).group(1)
+    assert f'"otter-grader=={pin}"' in first
+
+
+def settings() -> dict[str, float]:
+    """The problem set's settings (head_dim, rope_theta, original_max_position_embeddings),
+    read from its settings cell."""
+    cell = next(c.source for c in nbformat.read(SOURCE, as_version=4).cells
+                if c.cell_type == "code" and c.source.startswith("head_dim ="))
+    return {node.targets[0].id: ast.literal_eval(node.value) for node in ast.parse(cell).body}
+
+
+@pytest.mark.parametrize("rope_type, parameters, seq_len", [
+    ("default", {}, None),
+    ("linear", {"factor": 8.0}, None),
+    ("yarn", {"factor": 8.0}, None),
+    ("dynamic", {"factor": 4.0}, 4),
+], ids=["default", "linear", "yarn", "dynamic"])
+def test_the_hidden_tests_reference_agrees_with_transformers(rope_type, parameters, seq_len):
+    """posenc's frequencies, which the hidden tests hold the answers to, against
+    transformers 5.23's ROPE_INIT_FUNCTIONS at the problem set's head_dim, rope_theta and L
+    (seq_len in multiples of L)."""
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    s = settings()
+    head_dim, base, length = s["head_dim"], s["rope_theta"], s["original_max_position_embeddings"]
+    scaling = None if rope_type == "default" else {"rope_type": rope_type, **parameters}
+    if rope_type in ("yarn", "dynamic"):
+        scaling["original_max_position_embeddings"] = length
+    seq = None if seq_len is None else seq_len * length
+    ours, ours_factor = rope_inv_freq(head_dim, base, scaling, seq_len=seq)
+    config = LlamaConfig(hidden_size=4 * head_dim, num_attention_heads=4, head_dim=head_dim,
+                         max_position_embeddings=length,
+                         rope_parameters={"rope_type": rope_type, "rope_theta": base, **parameters,
+                                          **({"original_max_position_embeddings": length}
+                                             if rope_type in ("yarn", "dynamic") else {})})
+    if rope_type == "default":
+        from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+        theirs, theirs_factor = LlamaRotaryEmbedding.compute_default_rope_parameters(config)
+    else:
+        theirs, theirs_factor = ROPE_INIT_FUNCTIONS[rope_type](config, "cpu", seq_len=seq)
+    torch.testing.assert_close(ours, theirs.float(), rtol=2e-6, atol=0)
+    assert ours_factor == pytest.approx(float(theirs_factor), rel=1e-12)
