@@ -85,14 +85,15 @@ lecture: $(STAMP) $(ASSETS)
 
 # The RoPE lecture's problem set (posenc.book.problems), graded by otter-grader in an environment
 # of its own, .venv-grader, so that the book's pins in .venv do not move. Like .venv it is built
-# once and reused while its requirements' checksum is unchanged. Its Python sees .venv's
+# once and reused while its requirements' checksum is unchanged (.venv need only exist: a change of
+# the book's pins does not rebuild it). Its Python sees .venv's
 # site-packages after its own (zz_book_venv.pth): posenc, torch and the notebook kernel come from
 # .venv, and otter's pins win where the two overlap.
 GRADER_REQUIREMENTS := book/lectures/rope_problems/requirements-grader.txt
 GRADER_VENV  := .venv-grader
 GRADER_STAMP := $(GRADER_VENV)/.installed-$(shell cksum $(GRADER_REQUIREMENTS) | cksum | cut -d' ' -f1)
 
-$(GRADER_STAMP): $(GRADER_REQUIREMENTS) $(STAMP)
+$(GRADER_STAMP): $(GRADER_REQUIREMENTS) | $(STAMP)
 	rm -rf $(GRADER_VENV)
 	$(PYTHON) -m venv $(GRADER_VENV)
 	$(GRADER_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r $(GRADER_REQUIREMENTS)
