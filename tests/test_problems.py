@@ -134,8 +134,8 @@ def solution_lines(source: Path) -> list[str]:
 
 def test_the_published_copy_holds_questions_and_public_tests_only(graded):
     """The student's copy is the only file published; it has every question's check, the
-    public tests in its install cell and neither an answer nor a hidden test; the solutions
-    and the autograder stay outside the published folder."""
+    public tests in the cell after its install cell and neither an answer nor a hidden test;
+    the solutions and the autograder stay outside the published folder."""
     html, paths = graded["html"], graded["paths"]
     assert sorted(p.name for p in html.rglob("*")) == [f"{NAME}.ipynb"]
     for kind in ("solutions", "autograder"):
@@ -145,8 +145,9 @@ def test_the_published_copy_holds_questions_and_public_tests_only(graded):
     assert json.dumps(student.metadata).find("hidden") == -1
     for line in solution_lines(SOURCE):
         assert line not in text, f"the student's copy holds the answer {line!r}"
-    install = student.cells[[c.cell_type for c in student.cells].index("code")].source
-    (public,) = [ast.literal_eval(node.value) for node in ast.parse(install).body
+    codes = [c.source for c in student.cells if c.cell_type == "code"]
+    assert "PUBLIC_TESTS = {" in codes[1]
+    (public,) = [ast.literal_eval(node.value) for node in ast.parse(codes[1]).body
                  if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "PUBLIC_TESTS"]
     assert sorted(public) == sorted(f"{q}.py" for q in question_points())
     for name, test in public.items():
@@ -172,36 +173,33 @@ def settings() -> dict[str, float]:
     return {node.targets[0].id: ast.literal_eval(node.value) for node in ast.parse(cell).body}
 
 
-@pytest.mark.parametrize("rope_type, parameters, seq_len", [
+@pytest.mark.parametrize("rope_type, parameters, lengths", [
     ("default", {}, None),
     ("linear", {"factor": 8.0}, None),
     ("yarn", {"factor": 8.0}, None),
     ("dynamic", {"factor": 4.0}, 4),
 ], ids=["default", "linear", "yarn", "dynamic"])
-def test_the_hidden_tests_reference_agrees_with_transformers(rope_type, parameters, seq_len):
-    """posenc's frequencies, which the hidden tests hold the answers to, against
-    transformers 5.23's ROPE_INIT_FUNCTIONS at the problem set's head_dim, rope_theta and L
-    (seq_len in multiples of L)."""
+def test_the_hidden_tests_reference_agrees_with_transformers(rope_type, parameters, lengths):
+    """posenc's frequencies and attention factor, which the hidden tests hold the answers to,
+    against transformers 5.23's at the problem set's head_dim, rope_theta and L (the factors
+    of its questions 4 to 7; dynamic NTK at the length 4L of question 7)."""
     from transformers import LlamaConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
     s = settings()
     head_dim, base, length = s["head_dim"], s["rope_theta"], s["original_max_position_embeddings"]
-    scaling = None if rope_type == "default" else {"rope_type": rope_type, **parameters}
     if rope_type in ("yarn", "dynamic"):
-        scaling["original_max_position_embeddings"] = length
-    seq = None if seq_len is None else seq_len * length
-    ours, ours_factor = rope_inv_freq(head_dim, base, scaling, seq_len=seq)
+        parameters = {**parameters, "original_max_position_embeddings": length}
+    seq_len = None if lengths is None else lengths * length
+    scaling = None if rope_type == "default" else {"rope_type": rope_type, **parameters}
+    ours, ours_factor = rope_inv_freq(head_dim, base, scaling, seq_len=seq_len)
     config = LlamaConfig(hidden_size=4 * head_dim, num_attention_heads=4, head_dim=head_dim,
                          max_position_embeddings=length,
-                         rope_parameters={"rope_type": rope_type, "rope_theta": base, **parameters,
-                                          **({"original_max_position_embeddings": length}
-                                             if rope_type in ("yarn", "dynamic") else {})})
+                         rope_parameters={"rope_type": rope_type, "rope_theta": base, **parameters})
     if rope_type == "default":
-        from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
-
         theirs, theirs_factor = LlamaRotaryEmbedding.compute_default_rope_parameters(config)
     else:
-        theirs, theirs_factor = ROPE_INIT_FUNCTIONS[rope_type](config, "cpu", seq_len=seq)
+        theirs, theirs_factor = ROPE_INIT_FUNCTIONS[rope_type](config, "cpu", seq_len=seq_len)
     torch.testing.assert_close(ours, theirs.float(), rtol=2e-6, atol=0)
     assert ours_factor == pytest.approx(float(theirs_factor), rel=1e-12)

@@ -7,9 +7,9 @@ solutions marked ``# SOLUTION``, test cells, ``# HIDDEN`` for the hidden ones). 
 answers are values, and its hidden tests check them against posenc's functions.
 
 - :func:`build` runs otter assign on the source: the student's copy (questions and the
-  public tests, which it carries inside its install cell, so that it needs no other
-  file, as on Colab) goes to ``_build/html/lectures/NAME/`` (the published site);
-  the solutions and the autograder zip (every test, hidden ones included) go to
+  public tests, which it carries in the cell after its install cell, so that it needs
+  no other file, as on Colab) goes to ``_build/html/lectures/NAME/`` (the published
+  site); the solutions and the autograder zip (every test, hidden ones included) go to
   ``_build/problems/NAME/``, outside it.
 - :func:`grade` grades one notebook with the autograder, without Docker or a Jupyter
   server, and returns each question's score and points.
@@ -22,8 +22,11 @@ temporary folder (``otter/run/__init__.py``), executing the notebook with nbconv
 ``ExecutePreprocessor`` and a local kernel (``otter/execute/__init__.py``); its tests
 are plain Python in OK format, written as cells of the assignment notebook; and
 ``otter assign`` writes the student's copy and the autograder (tests and zip) from
-one source notebook with solutions. nbgrader keeps a gradebook database and an
-exchange folder and expects the Jupyter server's formgrader for its workflow.
+one source notebook with solutions. nbgrader (its documentation: "Managing the
+database", "Command line options") grades into a gradebook database of students and
+assignments, in its course-folder layout (source, release, submitted, autograded);
+its exchange (release, fetch, submit, collect) and its formgrader are made for a
+shared Jupyter server: more machinery than a test of one notebook needs.
 
 Run it with the grader environment's Python (``make grader-env`` builds
 ``.venv-grader``, whose Python sees the book's .venv after its own packages):
@@ -44,8 +47,8 @@ import shutil
 import sys
 from pathlib import Path
 
-#: The line of the source's install cell that the student's copy fills with the
-#: public tests, ``{file name: source}``.
+#: The line of the source's checks cell (after the install cell) that the student's
+#: copy fills with the public tests, ``{file name: source}``.
 PUBLIC_TESTS_LINE = "PUBLIC_TESTS = {}"
 
 
@@ -89,7 +92,7 @@ def build(
     Raises:
         FileNotFoundError: no such problem set. RuntimeError: otter assign wrote no
         student copy or autograder zip, or the student's copy holds a hidden test or
-        no install cell to carry the public tests.
+        not one cell to carry the public tests.
     """
     from otter.assign import main as otter_assign
 
@@ -118,7 +121,7 @@ def build(
 
 
 def _with_public_tests(student: Path, tests: Path) -> str:
-    """The student's notebook with the public tests written into its install cell
+    """The student's notebook with the public tests written into its checks cell
     (:data:`PUBLIC_TESTS_LINE`), as JSON text."""
     import nbformat
 
@@ -131,7 +134,7 @@ def _with_public_tests(student: Path, tests: Path) -> str:
     if len(cells) != 1:
         raise RuntimeError(
             f"{student}: {len(cells)} cells hold the line {PUBLIC_TESTS_LINE!r}; the "
-            "install cell needs it once, to carry the public tests"
+            "checks cell needs it once, to carry the public tests"
         )
     filled = "PUBLIC_TESTS = " + pprint.pformat(public, width=88)
     cells[0].source = cells[0].source.replace(PUBLIC_TESTS_LINE, filled)
