@@ -142,3 +142,20 @@ def _scale_text(fig, factor: float) -> list:
         text.set_fontsize(old * factor)
         undo.append(lambda text=text, old=old: text.set_fontsize(old))
     return undo
+
+
+class SlideDrawingOnAPage:
+    """myst-nb's renderer plugin for the slide drawing (entry point group
+    ``myst_nb.mime_renderers`` in pyproject.toml): on a page the drawing is not shown
+    (the page shows the figure's ``text/html``), and myst-nb, which renders every MIME
+    type of an output before it picks one, would otherwise warn that it skips an
+    unknown type. Source: myst-nb 1.x, ``myst_nb/core/render.py``, ``MimeRenderPlugin``.
+    """
+
+    mime_priority_overrides = ()
+
+    @staticmethod
+    def handle_mime(renderer, data, inline):
+        from .plotting import SLIDE_MIME
+
+        return [] if data.mime_type == SLIDE_MIME else None
