@@ -88,7 +88,8 @@ lecture: $(STAMP) $(ASSETS)
 # once and reused while its requirements' checksum is unchanged (.venv need only exist: a change of
 # the book's pins does not rebuild it). Its Python sees .venv's
 # site-packages after its own (zz_book_venv.pth): posenc, torch and the notebook kernel come from
-# .venv, and otter's pins win where the two overlap.
+# .venv, and otter's pins win where the two overlap. Every distribution is pinned, so pip installs
+# them without resolving (--no-deps: half the time) and pip check then confirms that none is missing.
 GRADER_REQUIREMENTS := book/lectures/rope_problems/requirements-grader.txt
 GRADER_VENV  := .venv-grader
 GRADER_STAMP := $(GRADER_VENV)/.installed-$(shell cksum $(GRADER_REQUIREMENTS) | cksum | cut -d' ' -f1)
@@ -96,7 +97,8 @@ GRADER_STAMP := $(GRADER_VENV)/.installed-$(shell cksum $(GRADER_REQUIREMENTS) |
 $(GRADER_STAMP): $(GRADER_REQUIREMENTS) | $(STAMP)
 	rm -rf $(GRADER_VENV)
 	$(PYTHON) -m venv $(GRADER_VENV)
-	$(GRADER_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r $(GRADER_REQUIREMENTS)
+	$(GRADER_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r $(GRADER_REQUIREMENTS)
+	$(GRADER_VENV)/bin/python -m pip check --disable-pip-version-check
 	$(GRADER_VENV)/bin/python -c "import sys, sysconfig, pathlib; \
 	  pathlib.Path(sysconfig.get_paths()['purelib'], 'zz_book_venv.pth').write_text( \
 	  'import site; site.addsitedir(%r)\n' % sys.argv[1])" \

@@ -165,6 +165,20 @@ def test_the_install_cell_installs_what_the_problems_need():
     assert f'"otter-grader=={pin}"' in first
 
 
+def test_without_otter_or_the_problem_set_the_errors_say_what_to_do(monkeypatch):
+    """In a Python without otter-grader (the book's .venv) the builder names the grader
+    environment; an unknown problem set is refused with those there are."""
+    import sys
+
+    from posenc.book import problems
+
+    monkeypatch.setitem(sys.modules, "otter", None)
+    with pytest.raises(ImportError, match=r"otter-grader 7\.0\.0.*\.venv-grader/bin/python.*make grader-env"):
+        problems.grade(SOURCE, SOURCE)
+    with pytest.raises(FileNotFoundError, match=rf"no problem set 'rope'.*\['{NAME}'\]"):
+        problems.source_notebook("rope", ROOT)
+
+
 def settings() -> dict[str, float]:
     """The problem set's settings (head_dim, rope_theta, original_max_position_embeddings),
     read from its settings cell."""

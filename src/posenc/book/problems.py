@@ -52,6 +52,25 @@ from pathlib import Path
 PUBLIC_TESTS_LINE = "PUBLIC_TESTS = {}"
 
 
+def _otter_module(name: str):
+    """Import ``otter.NAME`` (``assign``, ``api``), or fail saying where otter is.
+
+    Raises:
+        ImportError: otter-grader is not installed in this Python.
+    """
+    import importlib
+
+    try:
+        return importlib.import_module(f"otter.{name}")
+    except ImportError as error:
+        raise ImportError(
+            f"posenc.book.problems needs otter-grader 7.0.0, which this Python "
+            f"({sys.executable}) does not have: run it with .venv-grader/bin/python "
+            "(`make grader-env` builds it from "
+            "book/lectures/rope_problems/requirements-grader.txt)"
+        ) from error
+
+
 def source_notebook(name: str, root: Path | str = ".") -> Path:
     """``book/lectures/NAME/NAME.ipynb`` under ``root``.
 
@@ -90,12 +109,12 @@ def build(
         the autograder zip}``.
 
     Raises:
+        ImportError: otter-grader is not installed in this Python.
         FileNotFoundError: no such problem set. RuntimeError: otter assign wrote no
         student copy or autograder zip, or the student's copy holds a hidden test or
         not one cell to carry the public tests.
     """
-    from otter.assign import main as otter_assign
-
+    otter_assign = _otter_module("assign").main
     root = Path(root).resolve()
     source = source_notebook(name, root)
     html = Path(html_dir) if html_dir else root / "_build" / "html" / "lectures" / name
@@ -151,9 +170,11 @@ def grade(notebook: Path | str, autograder: Path | str) -> dict[str, list[float]
 
     Returns:
         ``{question: [score, points]}``, in question order.
-    """
-    from otter.api import grade_submission
 
+    Raises:
+        ImportError: otter-grader is not installed in this Python.
+    """
+    grade_submission = _otter_module("api").grade_submission
     results = grade_submission(str(notebook), str(autograder), quiet=True)
     return {
         question: [float(results.get_score(question)), float(result.possible)]
