@@ -83,6 +83,15 @@ lecture: $(STAMP) $(ASSETS)
 	@test -n "$(NAME)" || { echo "usage: make lecture NAME=<a book/lectures/NAME.md>"; exit 2; }
 	$(BIN)/python -m posenc.book.lecture $(NAME)
 
+# A built lecture's handout (posenc.book.handout), beside its deck in _build/html/lectures/:
+# NAME-notes.html (the speaker notes, no browser needed) and NAME.pdf (Chromium's print of the
+# deck's reveal.js print view). make handout NAME=rope; without NAME, every lecture.
+.PHONY: handout
+handout: $(STAMP)
+	$(call ensure,chromium,chromium)
+	$(call ensure,chromedriver,chromium-driver)
+	$(BIN)/python -m posenc.book.handout $(if $(NAME),$(NAME),--all)
+
 # The RoPE lecture's problem set (posenc.book.problems), graded by otter-grader in an environment
 # of its own, .venv-grader, so that the book's pins in .venv do not move. Like .venv it is built
 # once and reused while its requirements' checksum is unchanged (.venv need only exist: a change of
