@@ -69,7 +69,7 @@ prepare: $(STAMP)
 book: prepare study-verify $(ASSETS)
 	$(BIN)/python -m posenc.book.execute
 	$(BIN)/jupyter-book build .
-	$(MAKE) slides
+	$(MAKE) slides problems
 	@echo "Open _build/html/index.html"
 
 # One reveal.js deck per chapter from the notebooks the book build executed, and every lecture
@@ -125,19 +125,20 @@ problems: grader-env
 # Each chapter executes once: clean-env-tests runs it under nbval on the Colab path, and the
 # outputs fill the book's execution cache, which the strict build then reads instead of
 # executing it again; page-notebooks puts the other notebooks under nbval.
-# The four steps that do not need the site run side by side (each one's output printed whole
-# when it ends), then the strict build, the decks and the browser tests. On a 2-core machine
-# beside a busy process, one process at a time gets one core; five side by side get 5/3.
+# On a 2-core machine beside a busy process, one process at a time gets one core; five side by
+# side get 5/3.
 # Three lanes side by side: the unit tests, the study check, and the chapters (Colab path and
 # the other notebooks), whose outputs the strict build reads, then the decks and the browser
 # tests. The browser tests no longer wait for the unit tests: on 2 cores with a busy process
 # the chapters' lane is the longest, and the unit tests finish inside it.
+# The problem set's grader environment is made first (once), for the unit tests' grading
+# (tests/test_problems.py, required here) and the student's copy the site links.
 test: $(STAMP)
 	$(MAKE) -j4 --output-sync=target pytest study-check test-chapters-site
 
-test-chapters-site: $(STAMP)
+test-chapters-site: $(STAMP) grader-env
 	$(MAKE) --output-sync=target clean-env-tests page-notebooks
-	$(MAKE) -j1 strict-book slides site-tests
+	$(MAKE) -j1 strict-book slides problems site-tests
 
 # The study tier (book/design.md): the multi-seed length-generalization study (posenc.experiments.study), the
 # real model's long-context runs (posenc.experiments.pretrained_study; its attention-level methods and
@@ -186,15 +187,15 @@ bench: $(STAMP)
 
 # One process: with another busy process on a 2-core machine, two workers took longer (375 s
 # against 326 s for the units; 565 s against 520 s for the site tests).
-pytest: $(STAMP)
-	$(BIN)/python -m pytest tests/ -m "not site and not clean_env"
+pytest: $(STAMP) grader-env
+	POSENC_REQUIRE_GRADER=1 $(BIN)/python -m pytest tests/ -m "not site and not clean_env"
 
 # Every notebook under nbval in this environment, for working on the book (make test runs the
 # chapters on the Colab path instead, under nbval too): two workers on the 2-core CI machine, one
 # OpenMP thread each (above); the ten slowest cells are listed at the end (each should take well
 # under a minute: training happened in `prepare`).
 notebooks: prepare
-	$(BIN)/python -m pytest --nbval-lax --nbval-current-env -n 2 --dist loadfile --durations=10 book/
+	$(BIN)/python -m pytest --nbval-lax --nbval-current-env -n 2 --dist loadfile --durations=10 --ignore=book/lectures book/
 
 # The notebooks that are not chapters (the tour, the claims ledger) under nbval; their outputs
 # go into the book's execution cache too (tests/nbval_record.py).

@@ -66,6 +66,25 @@ def test_glue_figure_displays_the_books_figure_and_its_slide_drawing_labelled_fo
     assert not plt.fignum_exists(fig.number)  # closed: the inline backend shows it once
 
 
+@pytest.mark.parametrize("value", [0.125, "Llama 3.1", 8192, [1, 2]])
+def test_glue_value_writes_what_myst_nb_glue_writes_hidden(value):
+    """glue_value(name, value) is myst_nb.glue(name, value, display=False), output for
+    output, without importing myst-nb (which Colab does not have)."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+    from myst_nb import glue
+
+    InteractiveShell.instance()
+    with capture_output() as ours:
+        plotting.glue_value("rope-test-value", value)
+    with capture_output() as theirs:
+        glue("rope-test-value", value, display=False)
+    assert [(o.data, o.metadata) for o in ours.outputs] == [
+        (o.data, o.metadata) for o in theirs.outputs]
+    with pytest.raises(ValueError, match="'Rope value' is not kebab-case"):
+        plotting.glue_value("Rope value", value)
+
+
 @pytest.mark.parametrize("shape", [(1, 1, False), (1, 2, True), (3, 1, False), (2, 2, True)])
 def test_a_slide_drawing_fits_the_slide_with_its_text_at_least_18_px(shape):
     nrows, ncols, outside = shape

@@ -274,6 +274,45 @@ def figure_html(fig) -> str:
 SLIDE_MIME = "application/vnd.posenc.slide-png+base64"
 
 
+def _check_label(name: object, who: str) -> str:
+    import re
+
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name):
+        raise ValueError(
+            f"{who}: label {name!r} is not kebab-case; use lowercase letters, "
+            "digits and hyphens, prefixed by the chapter's stem "
+            "(e.g. 'rope-wavelengths')"
+        )
+    return name
+
+
+def glue_value(name: str, value) -> None:
+    """Label ``value`` in a chapter cell for a lecture's ``{value}``
+    (:mod:`posenc.book.lecture`) without showing it on the page: the output
+    ``myst_nb.glue(name, value, display=False)`` writes (IPython's display data of
+    ``value`` under the ``application/papermill.record/`` prefix, with metadata
+    ``{"scrapbook": {"name": name, "mime_prefix": …}}``), written with IPython alone so
+    that a chapter runs where myst-nb is not installed (Colab).
+
+    Args:
+        name: the label, kebab-case and prefixed by the chapter's stem.
+        value: any object; the lecture shows its ``text/plain`` (a string unquoted).
+
+    Raises:
+        ValueError: if ``name`` is not kebab-case.
+
+    Source: myst-nb 1.4, ``myst_nb/ext/glue/__init__.py`` (``glue``).
+    """
+    from IPython.core.formatters import format_display_data
+    from IPython.display import display
+
+    _check_label(name, "glue_value")
+    bundle, metadata = format_display_data(value)
+    prefix = "application/papermill.record/"
+    display({prefix + k: v for k, v in bundle.items()}, raw=True,
+            metadata={**metadata, "scrapbook": {"name": name, "mime_prefix": prefix}})
+
+
 def glue_figure(name: str, fig) -> None:
     """Display ``fig`` in a chapter cell as the book displays every figure (its
     :func:`figure_html` picture, its :func:`figure_png` PNG and matplotlib's text),
@@ -295,19 +334,13 @@ def glue_figure(name: str, fig) -> None:
     Source: myst-nb 1.4, ``myst_nb/ext/glue/__init__.py`` (``glue``, the metadata).
     """
     import base64
-    import re
 
     import matplotlib.pyplot as plt
     from IPython.display import display
 
     from .slide_figure import slide_png
 
-    if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name):
-        raise ValueError(
-            f"glue_figure: label {name!r} is not kebab-case; use lowercase letters, "
-            "digits and hyphens, prefixed by the chapter's stem "
-            "(e.g. 'rope-wavelengths')"
-        )
+    _check_label(name, "glue_figure")
 
     def b64(png: bytes) -> str:
         return base64.b64encode(png).decode()
