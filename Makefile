@@ -77,6 +77,7 @@ book: prepare study-verify $(ASSETS)
 slides: $(STAMP) $(ASSETS)
 	$(BIN)/jupyter nbconvert --config book/_slides/nbconvert_config.py
 	$(BIN)/python -m posenc.book.lecture --all
+	$(MAKE) handout
 
 # One lecture, after the book build: make lecture NAME=rope writes _build/html/lectures/rope.html.
 lecture: $(STAMP) $(ASSETS)
@@ -90,7 +91,10 @@ lecture: $(STAMP) $(ASSETS)
 handout: $(STAMP)
 	$(call ensure,chromium,chromium)
 	$(call ensure,chromedriver,chromium-driver)
-	$(BIN)/python -m posenc.book.handout $(if $(NAME),$(NAME),--all)
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then \
+	  $(BIN)/python -m posenc.book.handout $(if $(NAME),$(NAME),--all); \
+	else echo "WARNING: no chromium: the lectures' notes pages only, no PDF handout"; \
+	  $(BIN)/python -m posenc.book.handout --notes-only $(if $(NAME),$(NAME),--all); fi
 
 # The RoPE lecture's problem set (posenc.book.problems), graded by otter-grader in an environment
 # of its own, .venv-grader, so that the book's pins in .venv do not move. Like .venv it is built

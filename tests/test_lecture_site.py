@@ -20,7 +20,8 @@ from posenc.book.slide_figure import SLIDE_MIN_TEXT_PX, SLIDE_SIZE
 
 pytestmark = pytest.mark.site
 
-LECTURES = sorted(p.relative_to(HTML).as_posix() for p in (HTML / "lectures").glob("*.html"))
+LECTURES = sorted(p.relative_to(HTML).as_posix() for p in (HTML / "lectures").glob("*.html")
+                  if not p.stem.endswith("-notes"))  # the handout's notes pages are not decks
 
 # One slide as shown (the current one): what the checks read. Text nodes are measured by their
 # computed font size times reveal.js's scale; boxes against the slide's 1280 × 800.
