@@ -72,8 +72,15 @@ return {heading: (s.querySelector('h1, h2') || {}).textContent || '',
 def open_deck(browser, url: str) -> int:
     from selenium.webdriver.support.wait import WebDriverWait
 
+    # the viewport, not the window, is the presenter's full screen: headless Chromium's
+    # window keeps about 140 px of its height for itself, which would scale every slide
+    # down by a sixth (reveal.js fits the slide into the viewport)
     browser.set_window_size(*site_goals.DECK_SIZE)
+    chrome = browser.execute_script("return window.outerHeight - window.innerHeight")
+    browser.set_window_size(site_goals.DECK_SIZE[0], site_goals.DECK_SIZE[1] + chrome)
     site_goals.open_page(browser, url)
+    inner = browser.execute_script("return [window.innerWidth, window.innerHeight]")
+    assert tuple(inner) == tuple(site_goals.DECK_SIZE), f"viewport {inner}, not the deck's size"
     WebDriverWait(browser, 20).until(
         lambda d: d.execute_script("return !!(window.Reveal && Reveal.isReady && Reveal.isReady())"),
         f"{url}: reveal.js did not start")

@@ -156,22 +156,6 @@ def test_teaching_page_plans_every_chapter():
     assert not re.findall(r"^### \d+\. ", text, flags=re.M)
 
 
-def test_the_90_minute_rope_lecture_adds_up():
-    """The RoPE lecture of the teaching page: consecutive time slots from 0:00 to 1:30, each with
-    links into the RoPE-family decks (tests/test_site.py opens each link and finds its title)."""
-    text = (ROOT / "book" / "teaching.md").read_text()
-    lecture = text.split("## A 90-minute RoPE lecture", 1)[1].split("\n## ", 1)[0]
-    slots = re.findall(r"^\| (\d):(\d\d)–(\d):(\d\d) \| [^|]+ \| (.+) \|$", lecture, flags=re.M)
-    assert slots, "no timed rows"
-    minutes = [(int(a) * 60 + int(b), int(c) * 60 + int(d)) for a, b, c, d, _ in slots]
-    assert minutes[0][0] == 0 and minutes[-1][1] == 90
-    assert all(end == start for (_, end), (start, _) in zip(minutes, minutes[1:])), "gaps or overlaps"
-    decks = {d for *_, cells in slots for d in re.findall(r"\.\./slides/(\w+)\.slides\.html#/\d+", cells)}
-    assert decks == {"rope", "context_extension", "rope_real_model"}
-    for part in ("**Objectives.**", "**Live demos.**", "**Assign.**"):
-        assert part in lecture
-
-
 def test_every_literalinclude_of_a_cell_reaches_the_deck():
     """Two literalincludes with start-at/end-before in one cell: the first used to overwrite
     the loop's own `lines`, and the second block (and all after it) vanished from the deck."""
