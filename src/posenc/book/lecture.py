@@ -79,6 +79,8 @@ PAGE_REFERENCES = (
 #: 18 px: posenc.book.slide_figure.SLIDE_MIN_TEXT_PX).
 EXPLORER_PX = 600
 EXPLORER_FONT_PX = 18
+#: The plot's share of an explorer's width on a slide; the controls take the rest.
+EXPLORER_PLOT_SHARE = 0.55
 
 _ROLE = re.compile(r"\{(?P<role>value|figure|explorer)\}`(?P<target>[^`]+)`")
 _SECTION = re.compile(r"^# (?P<title>.+?)\s*\{minutes=(?P<minutes>\d+)\}\s*$")
@@ -345,10 +347,11 @@ def explorer_html(name: str) -> str:
 
 
 def _slide_layout(layout: dict) -> dict:
-    """A page layout of :meth:`Explorer.figure_layout` at slide size: every font at
-    least :data:`EXPLORER_FONT_PX` (the hidden step labels aside) and the margins and
-    the band under the plot scaled with it, the plot taking what is left of
-    :data:`EXPLORER_PX`."""
+    """A page layout of :meth:`Explorer.figure_layout` at slide size, in two columns:
+    the plot on the left (:data:`EXPLORER_PLOT_SHARE` of the width, its full height
+    but the x-axis title), the sliders stacked from the top of the right column and the
+    legend at its foot, one entry per line, so that nothing is squeezed or overlaps.
+    Every font is at least :data:`EXPLORER_FONT_PX` (the hidden step labels aside)."""
     layout = json.loads(json.dumps(layout))
     k = EXPLORER_FONT_PX / layout["font"]["size"]
 
@@ -364,17 +367,24 @@ def _slide_layout(layout: dict) -> dict:
                 grow(value)
 
     grow(layout)
-    top, bottom = layout["margin"]["t"], layout["margin"]["b"]
-    inner = layout["height"] - top - bottom
-    below = layout["yaxis"]["domain"][0] * inner  # px under the plot
-    layout["margin"] = {**layout["margin"], "t": round(top * k), "l": round(80 * k)}
-    new_inner = EXPLORER_PX - layout["margin"]["t"] - bottom
-    ratio = below * k / new_inner / max(layout["yaxis"]["domain"][0], 1e-9)
+    share, right = EXPLORER_PLOT_SHARE, EXPLORER_PLOT_SHARE + 0.06
+    top = round(layout["margin"]["t"] * k)
+    layout["margin"] = {"l": round(64 * k), "r": 16, "t": top, "b": 8}
     layout["height"] = EXPLORER_PX
-    layout["yaxis"]["domain"] = [layout["yaxis"]["domain"][0] * ratio, 1]
-    layout["legend"]["y"] *= ratio
-    for slider in layout.get("sliders", []):
-        slider["y"] *= ratio
+    inner = EXPLORER_PX - top - 8
+    axis_title = 2.6 * EXPLORER_FONT_PX / inner  # tick labels and the x-axis title
+    for key in [k_ for k_ in layout if k_.startswith("xaxis")]:
+        lo, hi = layout[key].get("domain", [0, 1])
+        layout[key]["domain"] = [lo * share, hi * share]
+    for key in [k_ for k_ in layout if k_.startswith("yaxis")]:
+        layout[key]["domain"] = [axis_title, 1]
+    sliders = layout.get("sliders", [])
+    step = min(0.25, 0.72 / max(len(sliders), 1))
+    for i, slider in enumerate(sliders):
+        slider.update(x=right, len=1 - right, y=1 - i * step, yanchor="top")
+    layout["legend"] = {**layout.get("legend", {}), "orientation": "v", "x": right,
+                        "xanchor": "left", "y": 0, "yanchor": "bottom",
+                        "entrywidthmode": "pixels", "entrywidth": 0}
     return layout
 
 
@@ -564,6 +574,8 @@ window.MathJax = {{tex: {{inlineMath: [["\\\\(", "\\\\)"]],
 .reveal h1 {{ font-size: 52px; text-transform: none; }}
 .reveal h2 {{ font-size: 40px; text-transform: none; margin-bottom: 16px; }}
 .reveal .slides section {{ text-align: left; }}
+/* a slide (not the stack around a section's slides) keeps its text off the edges */
+.reveal .slides section:not(.stack) {{ padding: 20px 56px; box-sizing: border-box; }}
 .reveal .slides section.posenc-title {{ text-align: center; }}
 .reveal .posenc-subtitle {{ color: #444; font-size: 26px; }}
 .reveal pre {{ width: 100%; font-size: 22px; box-shadow: none; }}
@@ -571,7 +583,7 @@ window.MathJax = {{tex: {{inlineMath: [["\\\\(", "\\\\)"]],
 .reveal img.posenc-slide-figure {{ display: block; margin: 0 auto; max-width: none;
   max-height: none; border: 0; }}
 .reveal .slide-number {{ font-size: 18px; }}
-.reveal .posenc-interactive {{ width: 100%; }}
+.reveal .posenc-interactive, .reveal .posenc-interactive-plot {{ width: 1168px; }}
 .reveal ul {{ display: block; }}
 </style>
 </head><body>
@@ -582,6 +594,7 @@ window.MathJax = {{tex: {{inlineMath: [["\\\\(", "\\\\)"]],
 <script src="../_static/reveal.js/plugin/notes/notes.js"></script>
 <script>
 Reveal.initialize({{hash: true, center: false, width: 1280, height: 800, margin: 0,
+  controls: false,  // keys, a swipe or Esc move a lecture on: no arrows over text
   minScale: 0.2, maxScale: 2.0, slideNumber: "h.v", transition: "slide",
   plugins: [RevealNotes]}});
 </script>
