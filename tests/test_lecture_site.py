@@ -146,8 +146,7 @@ def test_every_slide_of_a_lecture_can_be_presented_as_it_is(browser, deck_url, d
 def test_each_explorer_in_a_lecture_moves_when_its_slider_is_clicked(browser, deck_url, deck):  # noqa: F811
     """On each slide with an explorer, a click on each slider's rail changes the state the
     figure shows to one the package computed (its spec's states), plotly.js from the site."""
-    from selenium.webdriver.common.action_chains import ActionChains
-    from test_site import figure_states
+    from test_site import move_each_slider
 
     count = open_deck(browser, f"{deck_url}/{deck}")
     moved = 0
@@ -157,19 +156,7 @@ def test_each_explorer_in_a_lecture_moves_when_its_slider_is_clicked(browser, de
         slide = browser.execute_script("return Reveal.getCurrentSlide()")
         rails = slide.find_elements("css selector", ".posenc-interactive-plot .slider-rail-touch-rect")
         assert rails, f"{deck} slide {index + 1}: an explorer without a slider"
-        for rail in rails:
-            old = {f["id"]: f["key"] for f in figure_states(browser)}
-            for fraction in (0.9, 0.1):
-                ActionChains(browser).move_to_element_with_offset(
-                    rail, int(rail.rect["width"] * (fraction - 0.5)), 0).click().perform()
-                now = figure_states(browser)
-                if any(old[f["id"]] != f["key"] for f in now):
-                    break
-            assert any(old[f["id"]] != f["key"] for f in now), f"{deck} slide {index + 1}: a slider did not move"
-            for f in now:
-                assert f["traces"] == f["stored_traces"], f"{deck}: the traces are not the state's"
-                assert f["shown"] == f["stored"], f"{deck}: the figure shows {f['shown']}"
-            moved += 1
+        moved += move_each_slider(browser, rails, f"{deck} slide {index + 1}")
     source = (HTML.parents[1] / lec.LECTURES / deck.split("/")[-1]).with_suffix(".md")
     expected = source.read_text().count("{explorer}") if source.exists() else 0
     assert expected == 0 or moved >= expected, f"{deck}: {moved} sliders moved for {expected} explorers"

@@ -448,23 +448,15 @@ def figure_states(driver) -> list[dict]:
     return driver.execute_script(FIGURE_STATE)
 
 
-@pytest.mark.parametrize("page", sorted(INTERACTIVE))
-@pytest.mark.parametrize("width", [1280, site_goals.PHONE_WIDTH])
-def test_figures_move_and_show_the_package_numbers(browser, base_url, page, width):
-    """Each slider of each figure, moved by a click on its rail, changes the figure to the state
-    the package computed for the new values (tests/test_interactive.py holds those states to the
-    package's functions); text is at least 12 px and the figure fits the column or the phone;
-    plotly.js came from the site (the browser cannot reach another host) with no console error."""
+def move_each_slider(browser, rails, where: str, scroll: bool = False) -> int:
+    """Click each slider rail of ``rails`` near one end, then the other, until its figure
+    changes state; each figure must then show the state the package computed for the new
+    values (its traces and its stored values). Returns the number of sliders moved."""
     from selenium.webdriver.common.action_chains import ActionChains
 
-    browser.set_window_size(width, 900)
-    open_page(browser, f"{base_url}/{page}")
-    before = figure_states(browser)
-    assert len(before) == INTERACTIVE[page]
-    rails = browser.find_elements("css selector", ".posenc-interactive-plot .slider-rail-touch-rect")
-    assert rails, f"{page}: no slider"
     for rail in rails:
-        browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", rail)
+        if scroll:
+            browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", rail)
         old = {f["id"]: f["key"] for f in figure_states(browser)}
         for fraction in (0.9, 0.1):
             ActionChains(browser).move_to_element_with_offset(
@@ -472,10 +464,27 @@ def test_figures_move_and_show_the_package_numbers(browser, base_url, page, widt
             now = figure_states(browser)
             if any(old[f["id"]] != f["key"] for f in now):
                 break
-        assert any(old[f["id"]] != f["key"] for f in now), f"{page}: a slider did not move"
+        assert any(old[f["id"]] != f["key"] for f in now), f"{where}: a slider did not move"
         for f in now:
-            assert f["shown"] == f["stored"], f"{page}: the figure shows {f['shown']}, stored {f['stored']}"
-            assert f["traces"] == f["stored_traces"], f"{page}: the traces are not the state's"
+            assert f["shown"] == f["stored"], f"{where}: the figure shows {f['shown']}, stored {f['stored']}"
+            assert f["traces"] == f["stored_traces"], f"{where}: the traces are not the state's"
+    return len(rails)
+
+
+@pytest.mark.parametrize("page", sorted(INTERACTIVE))
+@pytest.mark.parametrize("width", [1280, site_goals.PHONE_WIDTH])
+def test_figures_move_and_show_the_package_numbers(browser, base_url, page, width):
+    """Each slider of each figure, moved by a click on its rail, changes the figure to the state
+    the package computed for the new values (tests/test_interactive.py holds those states to the
+    package's functions); text is at least 12 px and the figure fits the column or the phone;
+    plotly.js came from the site (the browser cannot reach another host) with no console error."""
+    browser.set_window_size(width, 900)
+    open_page(browser, f"{base_url}/{page}")
+    before = figure_states(browser)
+    assert len(before) == INTERACTIVE[page]
+    rails = browser.find_elements("css selector", ".posenc-interactive-plot .slider-rail-touch-rect")
+    assert rails, f"{page}: no slider"
+    move_each_slider(browser, rails, page, scroll=True)
     for f in figure_states(browser):
         assert f["min_font"] >= 12, f"{page}: figure text of {f['min_font']} px"
         assert f["width"] <= f["column"] + 1, f"{page}: the figure is wider than the column"
