@@ -239,3 +239,11 @@ def test_a_figure_too_tall_for_a_phone_is_refused():
 def test_the_page_picks_the_layout_by_the_narrow_media_query():
     html = explorers.rope_rotation().html("site", png=b"")
     assert "window.matchMedia(spec.media)" in html and '"narrow":' in html
+
+
+def test_the_yarn_sliders_name_the_papers_letters_the_right_way_round():
+    """Peng et al. (YaRN, §3.2) keep a pair turning more than β times within L and fully
+    interpolate one turning fewer than α times, α < β: transformers' beta_slow is α (default
+    1) and beta_fast is β (default 32), as the context-extension chapter says."""
+    labels = {c.name: c.label for c in explorers.scaling_curves().controls}
+    assert labels["beta_slow"].endswith("α") and labels["beta_fast"].endswith("β")

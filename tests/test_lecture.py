@@ -301,3 +301,11 @@ def test_every_lecture_keeps_the_rules(path):
     and notes, words, code lines, numbers from values, no page references."""
     lecture = lec.parse(path.read_text(), path.stem)
     assert lec.problems(lecture) == []
+
+
+@pytest.mark.parametrize("text, said", [
+    ("131072", "131,072"), ("5e-06", "5 × 10⁻⁶"), ("1.5e-05", "1.5 × 10⁻⁵"),
+    ("1e+20", "1 × 10²⁰"), ("8192", "8192"), ("0.9163", "0.9163"), ("×3.0", "×3.0"),
+])
+def test_a_glued_number_is_written_as_a_slide_says_it(text, said):
+    assert lec.readable_number(text) == said

@@ -290,8 +290,8 @@ def scaling_curves() -> Explorer:
     return Explorer(
         controls=[
             Control("factor", SCALE_FACTORS, "factor s", default=2),
-            Control("beta_fast", SCALE_BETA_FAST, "YaRN beta_fast α", default=1),
-            Control("beta_slow", SCALE_BETA_SLOW, "YaRN beta_slow β", default=0),
+            Control("beta_fast", SCALE_BETA_FAST, "YaRN beta_fast β", default=1),
+            Control("beta_slow", SCALE_BETA_SLOW, "YaRN beta_slow α", default=0),
             Control("low_freq_factor", SCALE_LOW_FREQ, "Llama 3 low_freq_factor",
                     default=0),
             Control("high_freq_factor", SCALE_HIGH_FREQ, "Llama 3 high_freq_factor",

@@ -235,6 +235,22 @@ def merged_outputs(nb, cache_path):
     return merged
 
 
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def readable_number(text: str) -> str:
+    """A glued number as a slide says it: an integer of five digits or more with
+    thousands separators (131072 → 131,072), a float in Python's exponent form as a
+    power of ten (5e-06 → 5 × 10⁻⁶, 1.5e-05 → 1.5 × 10⁻⁵); anything else unchanged."""
+    if re.fullmatch(r"-?\d{5,}", text):
+        return f"{int(text):,}"
+    match = re.fullmatch(r"(-?\d+(?:\.\d+)?)e([+-]?\d+)", text)
+    if match:
+        exponent = str(int(match.group(2))).translate(_SUPERSCRIPT)
+        return f"{match.group(1)} × 10{exponent}"
+    return text
+
+
 class Outputs:
     """The glued outputs of the executed chapters, by ``notebook:label``, each chapter
     read once from the execution cache (:func:`executed_notebook`)."""
@@ -286,8 +302,8 @@ class Outputs:
         data = self.get(target, "value")
         text = str(data.get("text/plain", ""))
         if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
-            text = ast.literal_eval(text)  # a string glued as the chapter wrote it
-        return text
+            return ast.literal_eval(text)  # a string glued as the chapter wrote it
+        return readable_number(text)
 
     def figure(self, target: str) -> bytes:
         from .plotting import SLIDE_MIME
