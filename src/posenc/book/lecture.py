@@ -592,6 +592,8 @@ window.MathJax = {{tex: {{inlineMath: [["\\\\(", "\\\\)"]],
 .reveal .slides section {{ text-align: left; }}
 /* a slide (not the stack around a section's slides) keeps its text off the edges */
 .reveal .slides section:not(.stack) {{ padding: 20px 56px; box-sizing: border-box; }}
+/* the handout (reveal.js's print view, whose own rule sets none): the sides only */
+html.print-pdf .reveal .slides section:not(.stack) {{ padding: 0 56px !important; }}
 .reveal .slides section.posenc-title {{ text-align: center; }}
 .reveal .posenc-subtitle {{ color: #444; font-size: 26px; }}
 .reveal pre {{ width: 100%; font-size: 22px; box-shadow: none; }}
