@@ -284,19 +284,8 @@ def build_pdf(
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("names", nargs="*", help="lectures of book/lectures (NAME.md)")
-    parser.add_argument("--all", action="store_true", help="every book/lectures/*.md")
-    parser.add_argument("--notes-only", action="store_true",
-                        help="only the notes page (no browser)")
-    args = parser.parse_args(argv)
-    names = args.names
-    if args.all:
-        names = sorted(p.stem for p in (ROOT / lec.LECTURES).glob("*.md"))
-    if not names:
-        parser.error("name a lecture, or --all")
+    names, args = lec.lecture_command(
+        __doc__, argv, notes_only="only the notes page (no browser)")
     for name in names:
         try:
             print(f"notes {name}: {build_notes(name)}")

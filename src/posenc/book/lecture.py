@@ -551,18 +551,29 @@ def build(
     return target
 
 
-def main(argv: list[str] | None = None) -> int:
+def lecture_command(description: str, argv: list[str] | None, **options):
+    """The command line of the lecture tools: lecture names, or ``--all`` for every
+    ``book/lectures/*.md``, plus the flags in ``options`` (name → help). Returns
+    ``(names, args)``; exits with a usage message when no lecture is named."""
     import argparse
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=description.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help="lectures of book/lectures (NAME.md)")
     parser.add_argument("--all", action="store_true", help="every book/lectures/*.md")
+    for flag, text in options.items():
+        parser.add_argument("--" + flag.replace("_", "-"), action="store_true",
+                            help=text)
     args = parser.parse_args(argv)
     names = args.names
     if args.all:
         names = sorted(p.stem for p in (ROOT / LECTURES).glob("*.md"))
     if not names:
         parser.error("name a lecture, or --all")
+    return names, args
+
+
+def main(argv: list[str] | None = None) -> int:
+    names, _ = lecture_command(__doc__, argv)
     for name in names:
         try:
             print(f"lecture {name}: {build(name)}")
