@@ -103,7 +103,7 @@ handout: $(STAMP)
 # site-packages after its own (zz_book_venv.pth): posenc, torch and the notebook kernel come from
 # .venv, and otter's pins win where the two overlap. Every distribution is pinned, so pip installs
 # them without resolving (--no-deps: half the time) and pip check then confirms that none is missing.
-GRADER_REQUIREMENTS := book/lectures/rope_problems/requirements-grader.txt
+GRADER_REQUIREMENTS := src/posenc/book/problem_sets/rope_problems/requirements-grader.txt
 GRADER_VENV  := .venv-grader
 GRADER_STAMP := $(GRADER_VENV)/.installed-$(shell cksum $(GRADER_REQUIREMENTS) | cksum | cut -d' ' -f1)
 
@@ -199,7 +199,7 @@ pytest: $(STAMP) grader-env
 # OpenMP thread each (above); the ten slowest cells are listed at the end (each should take well
 # under a minute: training happened in `prepare`).
 notebooks: prepare
-	$(BIN)/python -m pytest --nbval-lax --nbval-current-env -n 2 --dist loadfile --durations=10 --ignore=book/lectures book/
+	$(BIN)/python -m pytest --nbval-lax --nbval-current-env -n 2 --dist loadfile --durations=10 book/
 
 # The notebooks that are not chapters (the tour, the claims ledger) under nbval; their outputs
 # go into the book's execution cache too (tests/nbval_record.py).

@@ -242,12 +242,18 @@ def test_a_module_that_needs_an_extra_says_which(lean, name):
 
 def test_every_data_file_is_installed(lean):
     """What src/posenc holds beside its modules (stored results, weights, texts, the
-    released configs) is in the installed package: pyproject's package-data misses none."""
+    released configs) is in the installed package: pyproject's package-data misses none.
+    One folder stays out on purpose: book/problem_sets holds the instructors' copies of the
+    problem sets, solutions and hidden checks, which are not published (issue 41)."""
     package = ROOT / "src" / "posenc"
-    here = sorted(str(p.relative_to(package)) for p in package.rglob("*")
-                  if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts)
+    private = package / "book" / "problem_sets"
+    files = [p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    here = sorted(str(p.relative_to(package)) for p in files
+                  if p.suffix not in (".py", ".pyc") and private not in p.parents)
     assert here, "no data files found"
+    assert any(private in p.parents for p in files), "the folder left out is gone: drop the rule"
     assert lean["found"]["data"] == here
+    assert not any(d.startswith("book/problem_sets") for d in lean["found"]["data"])
 
 
 def test_a_missing_extra_is_named_only_for_posencs_own_imports(monkeypatch):

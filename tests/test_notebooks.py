@@ -10,10 +10,7 @@ import yaml
 from sphinx_external_toc.parsing import parse_toc_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The book's notebooks; a lecture's problem set (book/lectures/) is not a page: it is
-#: graded by otter-grader in its own environment (tests/test_problems.py).
-NOTEBOOKS = sorted(p for p in (ROOT / "book").rglob("*.ipynb")
-                   if not {".ipynb_checkpoints", "_build", "lectures"} & set(p.parts))
+NOTEBOOKS = sorted(p for p in (ROOT / "book").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts and "_build" not in p.parts)
 
 
 def toc_files():

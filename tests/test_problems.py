@@ -1,4 +1,4 @@
-"""The RoPE lecture's problem set (book/lectures/rope_problems/rope_problems.ipynb), graded by
+"""The RoPE lecture's problem set (src/posenc/book/problem_sets/rope_problems/), graded by
 otter-grader against the package (posenc.book.problems): the solutions get full marks, the
 student's blank copy none, and a copy with one planted wrong answer loses exactly that question's
 points. Every expected score comes from the source notebook's question configs, never a typed
@@ -27,10 +27,11 @@ import torch
 import yaml
 
 from posenc import rope_inv_freq
+from posenc.book import problems
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "rope_problems"
-SOURCE = ROOT / "book" / "lectures" / NAME / f"{NAME}.ipynb"
+SOURCE = ROOT / problems.SOURCES / NAME / f"{NAME}.ipynb"
 GRADER_PYTHON = ROOT / ".venv-grader" / "bin" / "python"
 GRADER_REQUIREMENTS = SOURCE.parent / "requirements-grader.txt"
 #: The question whose answer the planted copy gets wrong, and the line that plants it:
@@ -170,7 +171,6 @@ def test_without_otter_or_the_problem_set_the_errors_say_what_to_do(monkeypatch)
     environment; an unknown problem set is refused with those there are."""
     import sys
 
-    from posenc.book import problems
 
     monkeypatch.setitem(sys.modules, "otter", None)
     with pytest.raises(ImportError, match=r"otter-grader 7\.0\.0.*\.venv-grader/bin/python.*make grader-env"):

@@ -1,7 +1,9 @@
 """The lectures' problem sets: build the student's copy and the autograder from one
 source notebook, and grade a notebook, with otter-grader.
 
-A problem set is ``book/lectures/NAME/NAME.ipynb``, in otter assign's notebook format
+A problem set is ``src/posenc/book/problem_sets/NAME/NAME.ipynb`` (the instructor's
+copy, with solutions and hidden tests: repository data, not a book page and not
+installed with the package), in otter assign's notebook format
 (v1: raw cells ``# ASSIGNMENT CONFIG``, ``# BEGIN QUESTION`` … ``# END QUESTION``,
 solutions marked ``# SOLUTION``, test cells, ``# HIDDEN`` for the hidden ones). Its
 answers are values, and its hidden tests check them against posenc's functions.
@@ -49,6 +51,8 @@ from pathlib import Path
 
 #: The line of the source's checks cell (after the install cell) that the student's
 #: copy fills with the public tests, ``{file name: source}``.
+#: Where the problem sets' sources are, relative to the repository root.
+SOURCES = Path("src") / "posenc" / "book" / "problem_sets"
 PUBLIC_TESTS_LINE = "PUBLIC_TESTS = {}"
 
 
@@ -67,23 +71,23 @@ def _otter_module(name: str):
             f"posenc.book.problems needs otter-grader 7.0.0, which this Python "
             f"({sys.executable}) does not have: run it with .venv-grader/bin/python "
             "(`make grader-env` builds it from "
-            "book/lectures/rope_problems/requirements-grader.txt)"
+            "src/posenc/book/problem_sets/rope_problems/requirements-grader.txt)"
         ) from error
 
 
 def source_notebook(name: str, root: Path | str = ".") -> Path:
-    """``book/lectures/NAME/NAME.ipynb`` under ``root``.
+    """``src/posenc/book/problem_sets/NAME/NAME.ipynb`` under ``root``.
 
     Raises:
         FileNotFoundError: no such problem set (the message lists those there are).
     """
-    path = Path(root) / "book" / "lectures" / name / f"{name}.ipynb"
+    path = Path(root) / SOURCES / name / f"{name}.ipynb"
     if not path.exists():
-        lectures = Path(root) / "book" / "lectures"
+        lectures = Path(root) / SOURCES
         there = sorted(p.stem for p in lectures.glob("*/*.ipynb"))
         raise FileNotFoundError(
             f"no problem set {name!r}: {path} does not exist; the problem sets are "
-            f"{there} (book/lectures/NAME/NAME.ipynb)"
+            f"{there} ({SOURCES}/NAME/NAME.ipynb)"
         )
     return path
 
@@ -98,7 +102,7 @@ def build(
     """Run otter assign on the problem set ``name`` and publish the student's copy.
 
     Args:
-        name: the problem set, ``book/lectures/NAME/NAME.ipynb`` under ``root``.
+        name: the problem set, ``SOURCES/NAME/NAME.ipynb`` under ``root``.
         root: the repository's root.
         html_dir: where the student's copy goes; default ``_build/html/lectures/NAME``.
         work_dir: where otter assign writes (solutions, autograder); default
