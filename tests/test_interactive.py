@@ -37,7 +37,10 @@ def test_rope_states_are_rotations_and_depend_on_the_offset_only():
         readout = state["layout"]["annotations"][0]["text"]
         score = float(re.search(r"score q·k = (-?[\d.]+)", readout)[1])
         # the book's relative distance: key minus query, n − m, with its sign
-        assert readout.startswith(f"n − m = {pos_n - pos_m}: ")
+        step, offset = readout.split("<br>")
+        # θ per step is shown (a lecturer's room asks "turns by how much?"), in rad and °
+        assert step == f"θ = {theta:g} rad ({math.degrees(theta):.0f}°) per step"
+        assert offset.startswith(f"n − m = {pos_n - pos_m}: ")
         by_offset.setdefault(pos_n - pos_m, set()).add(score)
     assert all(len(scores) == 1 for scores in by_offset.values()), "the score depends on n − m only"
     assert len(by_offset) == 2 * len(explorers.ROPE_POSITIONS) - 1

@@ -295,6 +295,19 @@ def test_what_the_rules_allow():
         lec.parse("---\ntitle: t\n---\n# S {minutes=1}\n")
 
 
+def test_fragments_show_on_the_next_click_and_their_words_count():
+    """`[words]{.fragment}` and a `{.fragment}` line before a block become reveal.js
+    fragments; the word limit counts them (issue 41: fragments counted)."""
+    slide = _one_slide("- asked: [answered]{.fragment}\n\n{.fragment}\nA second step.")
+    html_ = lec.render_slide(slide.slides[0], outputs=None)
+    assert '<li>asked: <span class="fragment">answered</span></li>' in html_
+    assert '<p class="fragment">A second step.</p>' in html_
+    long = _one_slide(" ".join(["word"] * 39) + " [two more]{.fragment}")
+    assert lec.problems(long) == [
+        "line 6 'A heading': 41 visible words (at most 40)"
+    ]
+
+
 @pytest.mark.parametrize("path", [FIXTURES / "tiny.md", *LECTURES], ids=lambda p: p.stem)
 def test_every_lecture_keeps_the_rules(path):
     """The rules on every lecture of book/lectures (and the fixture): minutes, heading

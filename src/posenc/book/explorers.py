@@ -21,6 +21,8 @@ Shapes:
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..alibi import alibi_bias, alibi_slopes
@@ -73,7 +75,10 @@ def rope_rotation() -> Explorer:
                 _arrow(q, f"q at m = {m}", OKABE_ITO[0]),
                 _arrow(k, f"k at n = {n}", OKABE_ITO[1]),
             ],
-            "annotations": [_readout(f"n − m = {n - m}: score q·k = {score:.4f}")],
+            "annotations": [_readout(
+                f"θ = {ROPE_THETA:g} rad ({math.degrees(ROPE_THETA):.0f}°) per step"
+                f"<br>n − m = {n - m}: score q·k = {score:.4f}"
+            )],
         }
 
     return Explorer(

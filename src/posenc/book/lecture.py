@@ -20,7 +20,9 @@ The source format (issue 41)::
     # A section {minutes=10}      a vertical stack of slides; minutes add up
     ## A heading                  one slide
     visible words, {value}`rope:rope-label`, {figure}`rope:rope-label`,
-    {explorer}`rope_rotation`, $math$, a fenced code block
+    {explorer}`rope_rotation`, $math$, a fenced code block,
+    [words shown on the next click]{.fragment}, or {.fragment} on the
+    line before a paragraph or list that is shown on the next click
     Note:
     the lecturer's words (speaker notes)
 
@@ -322,6 +324,7 @@ class Outputs:
 
 def _markdown():
     from markdown_it import MarkdownIt
+    from mdit_py_plugins.attrs import attrs_block_plugin, attrs_plugin
     from mdit_py_plugins.dollarmath import dollarmath_plugin
 
     def math(content: str, options) -> str:
@@ -329,8 +332,12 @@ def _markdown():
         left, right = ("\\[", "\\]") if display else ("\\(", "\\)")
         return html.escape(f"{left}{content}{right}", quote=False)
 
-    return MarkdownIt("commonmark").enable("table").use(
-        dollarmath_plugin, renderer=math
+    # fragments (reveal.js's steps within a slide): `[words]{.fragment}` shows the words
+    # on the next click, `{.fragment}` on the line before a paragraph or list shows it
+    return (
+        MarkdownIt("commonmark").enable("table")
+        .use(dollarmath_plugin, renderer=math)
+        .use(attrs_plugin, spans=True).use(attrs_block_plugin)
     )
 
 
