@@ -45,7 +45,9 @@ def read_notes(path: Path) -> dict:
         h2 = section.find("h2")
         minutes = h2.select_one(".posenc-minutes")
         sections.append((words(h2.get_text().replace(minutes.get_text(), "")), minutes.get_text()))
-    slides = [{"heading": words(a.find("h3").get_text()), "href": a.find("h3").find("a")["href"],
+    slides = [{"heading": words(a.find("h3").find("a").get_text()),
+               "number": int(a.select_one("h3 .posenc-slide-number").get_text()),
+               "href": a.find("h3").find("a")["href"],
                "notes": words(a.select_one(".posenc-notes").get_text()),
                "element": a.select_one(".posenc-notes")}
               for a in soup.select("article.posenc-notes-slide")]
@@ -67,6 +69,8 @@ def test_the_notes_page_holds_every_slides_heading_and_notes_in_order(executed, 
         "The rotation in code"]
     # the fixture's notes are plain prose: the page shows them word for word, in order
     assert [s["notes"] for s in page["slides"]] == [words(s.notes) for s in lecture.slides]
+    # numbered as the deck (slideNumber "c") and the PDF count them: the title slide is 1
+    assert [s["number"] for s in page["slides"]] == list(range(2, len(lecture.slides) + 2))
     assert page["slides"][0]["notes"].startswith("A head of eight features has four pairs")
     # each heading opens its slide in the deck (reveal.js's #/h/v; slide 0 is the title)
     assert [s["href"] for s in page["slides"]] == [

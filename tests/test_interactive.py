@@ -141,6 +141,8 @@ def test_scaling_states_follow_each_rule():
     figure = explorers.scaling_curves()
     assert len(figure.states) == 120
     d, base, length = explorers.SCALE_HEAD_DIM, explorers.SCALE_BASE, explorers.SCALE_LENGTH
+    # the training length every curve depends on is on the figure
+    assert f"L = {length}" in figure.layout["xaxis"]["title"]["text"]
     for key, state in figure.states.items():
         i, _, _, lo, hi = map(int, key.split(","))
         s = explorers.SCALE_FACTORS[i]

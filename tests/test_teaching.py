@@ -32,6 +32,10 @@ def test_the_teaching_page_leads_with_the_lecture_and_says_its_shape():
     assert int(sections.group(2)) == rope.minutes == sum(s.minutes for s in rope.sections)
     questions = re.search(r"(\w+) questions on the package's own values", text)
     assert _count(questions.group(1)) == len(question_points())
+    # the lecture's homework slide and its note give the same count
+    said = (ROOT / "book" / "lectures" / "rope.md").read_text()
+    counts = re.findall(r"(\w+) questions(?:,| on the package's own values)", said)
+    assert len(counts) == 2 and {_count(c) for c in counts} == {len(question_points())}
 
 
 def test_the_teaching_page_links_the_lecture_its_handout_and_problem_set():

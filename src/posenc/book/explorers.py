@@ -304,7 +304,10 @@ def scaling_curves() -> Explorer:
         ],
         state=state,
         layout={
-            "xaxis": {"title": {"text": f"pair i (head_dim {SCALE_HEAD_DIM})"}},
+            # every curve depends on L: the axis names it (a lecturer's room asks)
+            "xaxis": {"title": {
+                "text": f"pair i (head_dim {SCALE_HEAD_DIM}, L = {SCALE_LENGTH})"
+            }},
             "yaxis": {"title": {"text": "θ′/θ"}, "type": "log", "dtick": 1,
                       "exponentformat": "e"},
         },

@@ -95,15 +95,18 @@ def notes_html(lecture: lec.Lecture, outputs: lec.Outputs) -> str:
     """
     name = html.escape(lecture.name)
     plan, parts = [], []
+    number = 1  # the deck's and the PDF's flat slide number (1: the title slide)
     for h, section in enumerate(lecture.sections, start=1):  # deck slide 0: the title
         title = html.escape(section.title)
         plan.append(f'<li><a href="#section-{h}">{title}</a> '
                     f'<span class="posenc-minutes">{section.minutes} min</span></li>')
         slides = []
         for v, slide in enumerate(section.slides):
+            number += 1
             slides.append(
                 f'<article class="posenc-notes-slide" id="slide-{h}-{v}">\n'
-                f'<h3><a href="{name}.html#/{h}/{v}">'
+                f'<h3><span class="posenc-slide-number">{number}</span> '
+                f'<a href="{name}.html#/{h}/{v}">'
                 f"{html.escape(slide.heading)}</a></h3>\n"
                 f'<div class="posenc-notes">{slide_notes_html(slide, outputs)}</div>\n'
                 "</article>"
@@ -325,6 +328,8 @@ h3 a:hover {{ text-decoration: underline; }}
 .posenc-subtitle {{ color: #555; margin-top: 0; }}
 .posenc-minutes {{ color: #555; font-weight: normal; font-size: 0.95rem;
   white-space: nowrap; }}
+.posenc-slide-number {{ color: #555; font-weight: normal; margin-right: 0.35rem;
+  font-variant-numeric: tabular-nums; }}
 .posenc-notes p {{ margin: 0.4rem 0; }}
 .posenc-value {{ font-variant-numeric: tabular-nums; }}
 code, pre {{ font-family: ui-monospace, "Cascadia Code", "Source Code Pro", Menlo,

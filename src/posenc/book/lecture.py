@@ -631,7 +631,8 @@ html.print-pdf .reveal .slides section:not(.stack) {{ padding: 0 56px !important
 <script>
 Reveal.initialize({{hash: true, center: false, width: 1280, height: 800, margin: 0,
   controls: false,  // keys, a swipe or Esc move a lecture on: no arrows over text
-  minScale: 0.2, maxScale: 2.0, slideNumber: "h.v", transition: "slide",
+  // one flat count, as the PDF's pages and the notes page number the slides
+  minScale: 0.2, maxScale: 2.0, slideNumber: "c", transition: "slide",
   plugins: [RevealNotes]}});
 </script>
 </body></html>
