@@ -30,7 +30,8 @@ export POSENC_FIGURES := site
 VENDOR := book/_vendor
 ASSETS := $(VENDOR)/node_modules/.package-lock.json
 
-.PHONY: colab-times book prepare grader-env problems study study-verify study-check bench slides test test-chapters-site pytest notebooks \
+.PHONY: colab-times book prepare grader-env problems study study-verify study-check engines engines-env \
+	engines-verify engines-check bench slides test test-chapters-site pytest notebooks \
 	page-notebooks strict-book \
 	site-tests clean-env-tests clean
 
@@ -66,7 +67,7 @@ prepare: $(STAMP)
 # The chapters are executed first, one per core, into the book's execution cache
 # (python -m posenc.book.execute); jupyter-book, which would run them one by one, then finds
 # every one of them there.
-book: prepare study-verify $(ASSETS)
+book: prepare study-verify engines-verify $(ASSETS)
 	$(BIN)/python -m posenc.book.execute
 	$(BIN)/jupyter-book build .
 	$(MAKE) slides problems
@@ -167,6 +168,32 @@ study-verify: $(STAMP)
 	$(BIN)/python -m posenc.experiments.remap_study --verify
 	$(BIN)/python -m posenc.experiments.vit_study --verify
 
+# The engines tier (posenc.experiments.engines, issue 42): each engine's rotary code in its own
+# pinned environment (.venv-engines/<engine>/, pins in src/posenc/experiments/engines/
+# requirements-<engine>.txt), compared with posenc on the case matrix; the records are stored in
+# src/posenc/results/engines/. `make engines` computes what is missing; the book build and
+# `make test` verify that the stored records cover the matrix (engines-verify, no engine needed;
+# tests/test_engines.py checks them against the matrix too); `make engines-check` reruns a sample
+# from scratch in the engines' environments.
+ENGINES := mlx
+ENGINE_VENVS := $(foreach e,$(ENGINES),.venv-engines/$(e)/.installed)
+
+.venv-engines/%/.installed: src/posenc/experiments/engines/requirements-%.txt
+	$(PYTHON) -m venv .venv-engines/$*
+	.venv-engines/$*/bin/python -m pip install --quiet --disable-pip-version-check -r $<
+	touch $@
+
+engines-env: $(ENGINE_VENVS)
+
+engines: $(STAMP) engines-env
+	$(BIN)/python -m posenc.experiments.engines.tier
+
+engines-verify: $(STAMP)
+	$(BIN)/python -m posenc.experiments.engines.tier --verify
+
+engines-check: $(STAMP) engines-env
+	$(BIN)/python -m posenc.experiments.engines.tier --check
+
 # ... and the shipped weights: rope and alibi retrained from scratch (posenc.book.prepare --check).
 # The remapping study's check run (python -m posenc.experiments.remap_study --check) is not
 # repeated here: the remapping chapter reruns it and asserts it in every build and test.
@@ -208,7 +235,7 @@ page-notebooks: prepare
 	  $(BIN)/python -m pytest -p nbval_record --nbval-lax --nbval-current-env -n 2 --dist loadfile \
 	  --durations=10 $$($(BIN)/python tests/test_notebooks.py --pages)
 
-strict-book: prepare study-verify $(ASSETS)
+strict-book: prepare study-verify engines-verify $(ASSETS)
 	$(BIN)/python -m posenc.book.execute
 	$(BIN)/jupyter-book build . -W -n --keep-going
 

@@ -1,0 +1,250 @@
+"""The engines tier's case matrix (issue 42), stated up front: each row a RoPE setting
+taken from a released model's configuration (:mod:`posenc.open_models.released_configs`,
+read by the position card's parser, :func:`posenc.card.parse.rope_parameters_by_type`),
+each run on three position schedules, and its reference computed by posenc.
+
+Rows (:data:`CASES`): default; dynamic; YaRN plain (Qwen3's documented setting),
+with DeepSeek-V3's ``mscale``/``mscale_all_dim``, with gpt-oss's ``truncate: false``;
+Llama 3.1's llama3; LongRoPE (Phi-3.5-mini); partial rotary (GLM-4); the interleaved
+layout; M-RoPE (Qwen2-VL) and interleaved M-RoPE (Qwen3-VL); Gemma 3's two layer
+types, the full layers being the matrix's linear row.
+
+Schedules (:data:`SCHEDULES`), each a list of forward calls of :data:`TOKENS`
+consecutive positions, L the original context (``original_max_position_embeddings``,
+else ``max_position_embeddings``):
+
+* ``"inside"``: one call at positions L/2 … L/2 + 15;
+* ``"far"``: one call at 4L … 4L + 15, far past the original context;
+* ``"kv"``: a KV cache crossing L: the prefill's last 16 positions (L − 17 … L − 2;
+  every earlier position turns the same way, each call being keyed on its last
+  position), then three decode steps at L − 1, L and L + 1.
+
+The reference is transformers' semantics, which posenc follows (its parity tests hold
+it to transformers 5.23): each forward call computes its frequencies from its own
+length ℓ = (last position + 1) — dynamic NTK past L, LongRoPE's long factors past L
+— and the keys a call writes to the cache keep the rotation of that call.
+
+Tolerance (:func:`tolerance`): the float32 rounding of the angle m·θ, 4·2⁻²⁴·m·θ_max·‖x‖
+(issue 42), plus 4·2⁻²⁴·‖x‖ for the rounding of the products themselves (the whole of
+it at m = 0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+
+import torch
+
+from ...card.parse import head_dim_of, rope_parameters_by_type
+from ...card.read import text_part
+from ...open_models.released_configs import released_configs
+from ...rope import apply_rope
+from ...rope_config import rope_inv_freq_from_config
+from ...utils import cpu_float64
+
+#: Tokens per forward call, and query heads per token.
+TOKENS = 16
+HEADS = 2
+#: The seed of the inputs (standard normal, float32, one draw per case and call).
+SEED = 0
+#: One float32 unit in the last place, relative: 2⁻²⁴.
+EPS32 = 2.0**-24
+SCHEDULES = ("inside", "far", "kv")
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One row of the matrix.
+
+    Attributes:
+        name: its key, e.g. ``"yarn-deepseek"``.
+        setting: the row in words, as the page's table shows it.
+        model: the released configuration's slug (``released_configs()``).
+        layer_type: the layer type whose parameters are used (``"*"`` when one set
+            serves every layer).
+        layout: ``"half"`` (GPT-NeoX / transformers' ``rotate_half``) or
+            ``"interleaved"`` (GPT-J / Meta's original code), as the model runs it.
+        overrides: keys set over the released parameters (a documented deployment
+            setting, e.g. Qwen3's YaRN), else empty.
+        config_overrides: keys set over the released config's top level (the
+            ``max_position_embeddings`` that setting serves), else empty.
+        note: where the layout or the override comes from.
+    """
+
+    name: str
+    setting: str
+    model: str
+    layer_type: str = "*"
+    layout: str = "half"
+    overrides: tuple = ()
+    config_overrides: tuple = ()
+    note: str = ""
+
+    @functools.cached_property
+    def config(self) -> dict:
+        config = text_part(dict(released_configs()[self.model].config))
+        return {**config, **dict(self.config_overrides)}
+
+    @functools.cached_property
+    def rope_parameters(self) -> dict:
+        """The standardized transformers v5 parameters of the layer type, overrides
+        applied (``rope_type``, ``rope_theta``, every key of the rule)."""
+        by_type, _ = rope_parameters_by_type(self.config)
+        params = {k: v for k, v in by_type[self.layer_type].items() if k != "type"}
+        params.update(dict(self.overrides))
+        return params
+
+    @property
+    def head_dim(self) -> int:
+        return head_dim_of(self.config, self.layer_type)
+
+    @property
+    def max_position_embeddings(self) -> int | None:
+        return self.config.get("max_position_embeddings")
+
+    @property
+    def original_length(self) -> int:
+        """L: the original context the schedules are placed against."""
+        params = self.rope_parameters
+        length = params.get("original_max_position_embeddings")
+        length = length or self.max_position_embeddings
+        if length is None:
+            raise ValueError(f"case {self.name!r}: no original_max_position_embeddings "
+                             "and no max_position_embeddings to place the schedules")
+        return int(length)
+
+    @property
+    def rotary_dim(self) -> int:
+        fraction = self.rope_parameters.get("partial_rotary_factor", 1.0)
+        return int(self.head_dim * fraction)
+
+    @property
+    def mrope_section(self) -> list | None:
+        return self.rope_parameters.get("mrope_section")
+
+    def key(self) -> str:
+        """A hash of everything the case computes from (its parameters, head_dim,
+        layout, schedules, tokens, heads, seed): a stored record of another key is
+        stale."""
+        text = json.dumps(
+            [self.name, self.rope_parameters, self.head_dim, self.layout,
+             self.max_position_embeddings, calls(self), HEADS, SEED],
+            sort_keys=True, default=str,
+        )
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _qwen3_yarn() -> tuple:
+    # Qwen3's model card: "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+    # "original_max_position_embeddings": 32768} to serve 131,072 tokens
+    return (("rope_type", "yarn"), ("factor", 4.0),
+            ("original_max_position_embeddings", 32768))
+
+
+#: Gemma3TextConfig's default max_position_embeddings, which the released text config
+#: leaves out (transformers 5.23).
+GEMMA3_LENGTH = (("max_position_embeddings", 131072),)
+
+#: The matrix's rows (issue 42's list, in its order).
+CASES: tuple[Case, ...] = (
+    Case("default", "default", "qwen3-8b"),
+    Case("dynamic", "dynamic NTK (InternLM2.5)", "internlm2.5-7b"),
+    Case("yarn", "YaRN, Qwen3's documented setting", "qwen3-8b",
+         overrides=_qwen3_yarn(),
+         config_overrides=(("max_position_embeddings", 131072),),
+         note="Qwen3-8B's model card: rope_scaling for 131,072 tokens"),
+    Case("yarn-deepseek", "YaRN with DeepSeek-V3's mscale and mscale_all_dim",
+         "deepseek-v3", layout="interleaved",
+         note="DeepseekV3Config's rope_interleave (True): the rope slice interleaved"),
+    Case("yarn-gpt-oss", "YaRN with gpt-oss's truncate: false", "gpt-oss-20b"),
+    Case("llama3", "Llama 3.1's llama3 rule", "llama-3.1-8b"),
+    Case("longrope", "LongRoPE (Phi-3.5-mini)", "phi-3.5-mini-instruct"),
+    Case("partial", "partial rotary, half of each head (GLM-4)", "glm-4-9b-chat",
+         layout="interleaved",
+         note="GLM's apply_rotary_pos_emb pairs adjacent features (transformers' glm)"),
+    Case("interleaved", "default, interleaved layout (Llama 2 in Meta's code)",
+         "llama-2-7b", layout="interleaved",
+         note="Meta's llama reference code, and GGUF's permuted q/k weights"),
+    Case("mrope", "M-RoPE (Qwen2-VL)", "qwen2-vl-7b-instruct"),
+    Case("mrope-interleaved", "interleaved M-RoPE (Qwen3-VL)", "qwen3-vl-32b-instruct"),
+    Case("gemma3-sliding", "Gemma 3's sliding layers (local base, unscaled)",
+         "gemma-3-4b", "sliding_attention",
+         config_overrides=GEMMA3_LENGTH),
+    Case("gemma3-full", "linear: Gemma 3's full layers (factor 8)", "gemma-3-4b",
+         "full_attention",
+         config_overrides=GEMMA3_LENGTH),
+)
+
+
+def case(name: str) -> Case:
+    """The row called ``name``.
+
+    Raises:
+        KeyError: no such row (the message lists them).
+    """
+    for c in CASES:
+        if c.name == name:
+            return c
+    raise KeyError(f"no case {name!r}; the matrix has {[c.name for c in CASES]}")
+
+
+def calls(c: Case, schedule: str | None = None):
+    """The forward calls of ``schedule`` (all three when None) as ``[(schedule,
+    offset), ...]``: each call covers positions offset … offset + :data:`TOKENS` − 1."""
+    length = c.original_length
+    plan = {
+        "inside": [length // 2],
+        "far": [4 * length],
+        "kv": [length - TOKENS - 1, length - 1, length, length + 1],
+    }
+    names = SCHEDULES if schedule is None else (schedule,)
+    out = []
+    for name in names:
+        for k, offset in enumerate(plan[name]):
+            out.append((name, offset, TOKENS if name != "kv" or k == 0 else 1))
+    return out
+
+
+def inputs(c: Case) -> list[torch.Tensor]:
+    """One input per call of :func:`calls`: (1, :data:`HEADS`, T, head_dim) float32,
+    standard normal from :data:`SEED` and the call's index."""
+    out = []
+    for k, (_, _, tokens) in enumerate(calls(c)):
+        generator = torch.Generator().manual_seed(SEED * 1000 + k)
+        out.append(torch.randn(1, HEADS, tokens, c.head_dim, generator=generator))
+    return out
+
+
+def reference(c: Case, x: torch.Tensor, offset: int) -> torch.Tensor:
+    """posenc's rotation of one call: x (1, H, T, head_dim) at positions offset …
+    offset + T − 1, its frequencies from the call's length ℓ = offset + T (dynamic
+    and LongRoPE as transformers computes them per forward call), float32."""
+    positions = torch.arange(offset, offset + x.shape[-2])
+    params = c.rope_parameters
+    seq_len = offset + x.shape[-2]
+    inv_freq, attention_factor = rope_inv_freq_from_config(
+        {k: v for k, v in params.items() if k not in ("mrope_section",
+                                                       "mrope_interleaved")},
+        c.head_dim, max_position_embeddings=c.max_position_embeddings,
+        seq_len=seq_len,
+    )
+    return apply_rope(x, positions, inv_freq=inv_freq, layout=c.layout,
+                      attention_factor=attention_factor)
+
+
+def tolerance(c: Case, x: torch.Tensor, offset: int) -> float:
+    """4·2⁻²⁴·‖x‖·(m·θ_max + 1): m the call's last position, θ_max the largest
+    frequency the call uses, ‖x‖ the largest norm of one head's vector."""
+    params = c.rope_parameters
+    inv_freq, _ = rope_inv_freq_from_config(
+        {k: v for k, v in params.items() if k not in ("mrope_section",
+                                                       "mrope_interleaved")},
+        c.head_dim, max_position_embeddings=c.max_position_embeddings,
+        seq_len=offset + x.shape[-2],
+    )
+    m = offset + x.shape[-2] - 1
+    norm = float(cpu_float64(x).norm(dim=-1).max())
+    return 4 * EPS32 * norm * (m * float(inv_freq.max()) + 1)

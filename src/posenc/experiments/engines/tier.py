@@ -1,0 +1,242 @@
+"""Run, store and verify the engines tier (issue 42; the package docstring describes
+it): ``python -m posenc.experiments.engines.tier [--engine NAME] [--case NAME]``
+computes the missing records, ``--verify`` fails when the stored records do not cover
+the case matrix, ``--check`` reruns :data:`CHECK_CASES` from scratch in the engine's
+environment and requires the stored numbers back.
+
+A record (``src/posenc/results/engines/<engine>-<case>.json``): ``engine``, ``case``,
+``key`` (:meth:`~posenc.experiments.engines.cases.Case.key`), ``status``
+("compared" or "unsupported"), for "compared" one entry per forward call —
+``schedule``, ``offset``, ``tokens``, ``max_abs`` (the largest |engine − posenc| over
+the call's rotated queries), ``tolerance`` (:func:`.cases.tolerance`), ``ratio`` — and
+``worst_ratio``; for "unsupported" the engine's code that shows it (``code``) and why;
+``engine_versions`` and ``device`` as the runner reports them; ``provenance``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ...utils import cpu_float64
+from .. import store
+from . import cases as C
+
+NAME = "engines"
+HERE = Path(__file__).parent
+#: The repository's engine environments (``make engines`` creates them).
+VENVS = Path(".venv-engines")
+COMMAND = "python -m posenc.experiments.engines.tier"
+#: The rows ``--check`` recomputes from scratch, and how close it must come.
+CHECK_CASES = ("default", "dynamic", "longrope")
+CHECK_RTOL = 1e-6
+
+
+@dataclasses.dataclass(frozen=True)
+class Engine:
+    """An engine of the tier: its environment and runner, and the rows it cannot run
+    (``{case: (code, why)}``, the code that shows it)."""
+
+    name: str
+    runner: str
+    requirements: str
+    unsupported: dict
+
+    def python(self, root: Path | None = None) -> Path:
+        return (root or Path.cwd()) / VENVS / self.name / "bin" / "python"
+
+
+_MLX_MROPE = (
+    "mlx_lm/models/rope_utils.py: initialize_rope, rope_type 'mrope' -> "
+    "nn.RoPE(dims, traditional, base); mlx/fast.cpp: rope(a, dims, traditional, base, "
+    "scale, offset) rotates positions offset + arange(T), no position ids",
+    "one position per token: M-RoPE's separate time, height and width positions "
+    "cannot be passed (text alone, where the three are equal, is plain RoPE)",
+)
+
+ENGINES = {
+    "mlx": Engine("mlx", "mlx_runner.py", "requirements-mlx.txt",
+                  {"mrope": _MLX_MROPE, "mrope-interleaved": _MLX_MROPE}),
+}
+
+
+def record_path(engine: str, case: str) -> Path:
+    return store.results_dir(NAME) / f"{engine}-{case}.json"
+
+
+def _scaling_config(c: C.Case) -> dict | None:
+    """The case's parameters as mlx-lm's models pass them (their ``rope_scaling``):
+    the rule's keys, without the base and the rotated fraction they pass apart."""
+    params = {k: v for k, v in c.rope_parameters.items()
+              if k not in ("rope_theta", "partial_rotary_factor", "mrope_section",
+                           "mrope_interleaved")}
+    return None if params.get("rope_type") == "default" else params
+
+
+def _request(engine: Engine, rows: list[C.Case], folder: Path) -> dict:
+    out = []
+    for c in rows:
+        calls = []
+        for k, ((_, offset, _), x) in enumerate(zip(C.calls(c), C.inputs(c))):
+            source = folder / f"{c.name}-{k}-in.npy"
+            target = folder / f"{c.name}-{k}-out.npy"
+            np.save(source, x.numpy())
+            calls.append([offset, str(source), str(target)])
+        out.append({"name": c.name, "dims": c.rotary_dim, "head_dim": c.head_dim,
+                    "base": float(c.rope_parameters["rope_theta"]),
+                    "traditional": c.layout == "interleaved",
+                    "scaling_config": _scaling_config(c),
+                    "max_position_embeddings": c.max_position_embeddings,
+                    "calls": calls})
+    return {"cases": out}
+
+
+def run_engine(
+    engine: Engine, rows: list[C.Case], root: Path | None = None
+) -> list[dict]:
+    """Run ``rows`` in the engine's environment and compare each call with posenc.
+
+    Raises:
+        FileNotFoundError: the engine's environment is missing (``make engines``).
+        subprocess.CalledProcessError: the runner failed (its stderr is shown).
+    """
+    python = engine.python(root)
+    if not python.exists():
+        raise FileNotFoundError(
+            f"no environment for engine {engine.name!r} at {python}: "
+            "run `make engines`")
+    rows = [c for c in rows if c.name not in engine.unsupported]
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        request = folder / "request.json"
+        request.write_text(json.dumps(_request(engine, rows, folder)))
+        done = subprocess.run([str(python), str(HERE / engine.runner), str(request)],
+                              capture_output=True, text=True, check=True)
+        about = json.loads(done.stdout.strip().splitlines()[-1])
+        records = []
+        for c in rows:
+            entries = []
+            for k, ((schedule, offset, tokens), x) in enumerate(zip(C.calls(c),
+                                                                    C.inputs(c))):
+                theirs = torch.from_numpy(np.load(folder / f"{c.name}-{k}-out.npy"))
+                ours = C.reference(c, x, offset)
+                max_abs = float((cpu_float64(theirs) - cpu_float64(ours)).abs().max())
+                tol = C.tolerance(c, x, offset)
+                entries.append({"schedule": schedule, "offset": offset,
+                                "tokens": tokens, "max_abs": max_abs,
+                                "tolerance": tol, "ratio": max_abs / tol})
+            records.append(_record(engine, c, "compared", about, calls=entries,
+                                   worst_ratio=max(e["ratio"] for e in entries)))
+    return records
+
+
+def _record(engine: Engine, c: C.Case, status: str, about: dict, **fields) -> dict:
+    return {"engine": engine.name, "case": c.name, "key": c.key(), "setting": c.setting,
+            "status": status, **fields,
+            "engine_versions": about.get("versions", {}),
+            "device": about.get("device"), "provenance": store.provenance()}
+
+
+def unsupported_records(engine: Engine) -> list[dict]:
+    """The records of the rows the engine cannot run (no computation)."""
+    return [_record(engine, C.case(name), "unsupported", {}, code=code, why=why)
+            for name, (code, why) in engine.unsupported.items()]
+
+
+def stored(engine: str | None = None, *, strict: bool = True) -> list[dict]:
+    """The stored record of every (engine, case), in the matrix's order.
+
+    Raises:
+        StaleResultsError: with ``strict``, a row has no record, or one computed for
+            other settings (its key differs): the message names them.
+    """
+    names = [engine] if engine else list(ENGINES)
+    out, missing = [], []
+    for name in names:
+        for c in C.CASES:
+            path = record_path(name, c.name)
+            record = json.loads(path.read_text()) if path.exists() else None
+            if record is None or record.get("key") != c.key():
+                missing.append(f"{name}/{c.name}")
+            else:
+                out.append(record)
+    if missing and strict:
+        raise store.stale_error(f"engines tier ({NAME})", missing,
+                                len(names) * len(C.CASES), COMMAND,
+                                store.results_dir(NAME))
+    return out
+
+
+def compute(engine: Engine, only: list[str] | None = None) -> list[Path]:
+    """Compute and store the missing records of ``engine`` (all of ``only``'s)."""
+    rows = [c for c in C.CASES if only is None or c.name in only]
+    if only is None:
+        have = {r["case"] for r in stored(engine.name, strict=False)}
+        rows = [c for c in rows if c.name not in have]
+    records = run_engine(engine, rows)
+    records += [r for r in unsupported_records(engine)
+                if r["case"] in {c.name for c in rows}]
+    return [store.write_json(record_path(r["engine"], r["case"]), r, indent=1)
+            for r in records]
+
+
+def check(engine: Engine) -> int:
+    """Recompute :data:`CHECK_CASES` and require each call's stored ``max_abs`` back
+    within :data:`CHECK_RTOL` (the engines run deterministically on a CPU)."""
+    old = {r["case"]: r for r in stored(engine.name)}
+    rows = [C.case(name) for name in CHECK_CASES if name not in engine.unsupported]
+    bad = []
+    for record in run_engine(engine, rows):
+        for new, was in zip(record["calls"], old[record["case"]]["calls"]):
+            if not np.isclose(new["max_abs"], was["max_abs"], rtol=CHECK_RTOL,
+                              atol=1e-12):
+                bad.append(f"{engine.name}/{record['case']} {new['schedule']}@"
+                           f"{new['offset']}: {new['max_abs']} != {was['max_abs']}")
+    print("\n".join(bad) or f"{engine.name}: {len(rows)} rows reproduced")
+    return 1 if bad else 0
+
+
+def summary(records: list[dict]) -> str:
+    lines = []
+    for r in records:
+        if r["status"] == "unsupported":
+            lines.append(f"{r['engine']:>5} {r['case']:<18} unsupported")
+        else:
+            lines.append(f"{r['engine']:>5} {r['case']:<18} worst ratio "
+                         f"{r['worst_ratio']:.3g}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engine", choices=sorted(ENGINES), default=None)
+    parser.add_argument("--case", action="append", default=None,
+                        choices=[c.name for c in C.CASES])
+    parser.add_argument("--verify", action="store_true")
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args(argv)
+    engines = [ENGINES[args.engine]] if args.engine else list(ENGINES.values())
+    if args.verify or args.check:
+        try:
+            records = stored(args.engine)
+        except store.StaleResultsError as err:
+            print(err, file=sys.stderr)
+            return 1
+        print(summary(records))
+        return max((check(e) for e in engines), default=0) if args.check else 0
+    for engine in engines:
+        for path in compute(engine, args.case):
+            print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""The engines tier (posenc.experiments.engines, issue 42): the case matrix is what the
+issue lists and each row is computable by posenc; the stored records cover the matrix at
+the current settings (``--verify``, as ``make test`` runs it) and are consistent with
+the cases as defined now (their calls, their tolerances); an engine that cannot run a row
+says where in its code. The engines themselves run in their own environments
+(``make engines``, ``make engines-check``), never here."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from posenc.experiments import store
+from posenc.experiments.engines import cases as C
+from posenc.experiments.engines import tier
+
+
+def test_the_matrix_has_the_rows_the_issue_lists():
+    rows = {c.name: c for c in C.CASES}
+    types = {name: c.rope_parameters["rope_type"] for name, c in rows.items()}
+    assert {"default", "dynamic", "yarn", "llama3", "longrope", "linear"} <= set(types.values())
+    # YaRN plain, with DeepSeek's mscale/mscale_all_dim, with gpt-oss's truncate
+    assert rows["yarn-deepseek"].rope_parameters["mscale_all_dim"] == 1.0
+    assert rows["yarn-gpt-oss"].rope_parameters["truncate"] is False
+    assert rows["yarn"].rope_parameters["factor"] == 4.0
+    assert rows["partial"].rotary_dim == rows["partial"].head_dim // 2
+    assert {c.layout for c in C.CASES} == {"half", "interleaved"}
+    assert rows["mrope-interleaved"].rope_parameters["mrope_interleaved"] is True
+    assert {rows["gemma3-sliding"].layer_type, rows["gemma3-full"].layer_type} == {
+        "sliding_attention", "full_attention"}
+
+
+@pytest.mark.parametrize("c", C.CASES, ids=lambda c: c.name)
+def test_each_row_has_three_schedules_placed_against_its_original_context(c):
+    length = c.original_length
+    plan = C.calls(c)
+    assert [s for s, _, _ in plan] == ["inside", "far", "kv", "kv", "kv", "kv"]
+    inside, far = plan[0][1], plan[1][1]
+    assert inside + C.TOKENS <= length < far
+    # the KV cache: the prefill ends before L, the decode steps cross it one by one
+    prefill, *steps = [(o, t) for s, o, t in plan if s == "kv"]
+    assert prefill[0] + prefill[1] == length - 1
+    assert [o for o, _ in steps] == [length - 1, length, length + 1]
+    for x, (_, offset, tokens) in zip(C.inputs(c), plan):
+        assert x.shape == (1, C.HEADS, tokens, c.head_dim) and x.dtype == torch.float32
+        y = C.reference(c, x, offset)
+        assert y.shape == x.shape and torch.isfinite(y).all()
+        assert C.tolerance(c, x, offset) > 0
+
+
+def test_a_row_whose_settings_change_gets_another_key():
+    c = C.case("yarn")
+    other = dataclasses.replace(c, overrides=(*c.overrides, ("beta_fast", 16)))
+    assert other.key() != c.key()
+    with pytest.raises(KeyError, match="the matrix has"):
+        C.case("nope")
+
+
+def test_the_tolerance_is_the_float32_rounding_of_the_angle():
+    c = C.case("default")
+    x = torch.zeros(1, 1, 2, c.head_dim)
+    x[..., 0] = 3.0
+    x[..., 1] = 4.0  # ‖x‖ = 5
+    # positions 9, 10: m = 10, θ_max = 1 (pair 0)
+    assert C.tolerance(c, x, 9) == pytest.approx(4 * 2**-24 * 5 * (10 * 1.0 + 1))
+
+
+def test_the_stored_records_cover_the_matrix_and_agree_with_it():
+    records = tier.stored()  # raises StaleResultsError when a row is missing or stale
+    assert len(records) == len(tier.ENGINES) * len(C.CASES)
+    for r in records:
+        c = C.case(r["case"])
+        engine = tier.ENGINES[r["engine"]]
+        assert r["key"] == c.key()
+        if r["status"] == "unsupported":
+            assert r["case"] in engine.unsupported and r["code"] and r["why"]
+            continue
+        assert r["status"] == "compared"
+        assert [(e["schedule"], e["offset"], e["tokens"]) for e in r["calls"]] == [
+            tuple(call) for call in C.calls(c)]
+        for e, x, (_, offset, _) in zip(r["calls"], C.inputs(c), C.calls(c)):
+            assert e["tolerance"] == pytest.approx(C.tolerance(c, x, offset), rel=1e-12)
+            assert e["ratio"] == pytest.approx(e["max_abs"] / e["tolerance"])
+        assert r["worst_ratio"] == max(e["ratio"] for e in r["calls"])
+        assert r["engine_versions"] and r["provenance"]["posenc"]
+
+
+def test_a_missing_record_is_named_with_the_command_that_computes_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(store, "RESULTS_ROOT", tmp_path)
+    (tmp_path / tier.NAME).mkdir()
+    first = C.CASES[0]
+    store.write_json(tier.record_path("mlx", first.name),
+                     {"key": "stale", "case": first.name, "engine": "mlx"})
+    with pytest.raises(store.StaleResultsError, match=f"mlx/{first.name}.*engines.tier"):
+        tier.stored("mlx")
+    assert tier.main(["--verify", "--engine", "mlx"]) == 1
+
+
+def test_an_engine_without_its_environment_says_make_engines(tmp_path):
+    with pytest.raises(FileNotFoundError, match="make engines"):
+        tier.run_engine(tier.ENGINES["mlx"], [C.case("default")], root=tmp_path)
+
+
+def test_mlx_marks_m_rope_unsupported_and_names_its_code():
+    records = {r["case"]: r for r in tier.unsupported_records(tier.ENGINES["mlx"])}
+    assert set(records) == {"mrope", "mrope-interleaved"}
+    for r in records.values():
+        assert r["status"] == "unsupported"
+        assert "rope_utils.py: initialize_rope" in r["code"] and "position" in r["why"]
