@@ -80,8 +80,9 @@ def test_the_stored_records_cover_the_matrix_and_agree_with_it():
         assert r["status"] == "compared"
         assert [(e["schedule"], e["offset"], e["tokens"]) for e in r["calls"]] == [
             tuple(call) for call in C.calls(c)]
+        tolerance = {"rotated q": C.tolerance, "cos/sin": C.cos_sin_tolerance}[r["compares"]]
         for e, x, (_, offset, _) in zip(r["calls"], C.inputs(c), C.calls(c)):
-            assert e["tolerance"] == pytest.approx(C.tolerance(c, x, offset), rel=1e-12)
+            assert e["tolerance"] == pytest.approx(tolerance(c, x, offset), rel=1e-12)
             assert e["ratio"] == pytest.approx(e["max_abs"] / e["tolerance"])
         assert r["worst_ratio"] == max(e["ratio"] for e in r["calls"])
         assert r["engine_versions"] and r["provenance"]["posenc"]
@@ -109,3 +110,15 @@ def test_mlx_marks_m_rope_unsupported_and_names_its_code():
     for r in records.values():
         assert r["status"] == "unsupported"
         assert "rope_utils.py: initialize_rope" in r["code"] and "position" in r["why"]
+
+
+def test_transformers_is_recomputed_here_and_agrees_with_posenc_on_every_row():
+    """The transformers column needs no other environment: a row's stored record comes
+    back when it is computed again, and every row agrees within the tolerance."""
+    engine = tier.ENGINES["transformers"]
+    stored = {r["case"]: r for r in tier.stored("transformers")}
+    for name in tier.CHECK_CASES:
+        again = tier.run_engine(engine, [C.case(name)])[0]
+        assert [e["max_abs"] for e in again["calls"]] == pytest.approx(
+            [e["max_abs"] for e in stored[name]["calls"]], rel=1e-9, abs=1e-12)
+    assert all(r["status"] == "compared" and r["worst_ratio"] <= 1 for r in stored.values())

@@ -5,13 +5,13 @@ frequencies equal to those of the model's own rotary embedding, per layer type."
 
 from __future__ import annotations
 
-import importlib
 import re
 
 import pytest
 import torch
 
 from posenc.open_models import ReleasedConfig, released_configs
+from posenc.open_models.config import model_rotary_embedding
 from posenc.rope_config import rope_inv_freq_from_config
 
 transformers = pytest.importorskip("transformers")
@@ -85,18 +85,7 @@ def head_dim(text: dict, layer_type: str | None) -> int:
 
 def rotary_embedding(config):
     """The model's own rotary embedding module, built from the config."""
-    module = importlib.import_module(
-        type(config).__module__.replace(".configuration_", ".modeling_")
-    )
-    names = sorted(
-        name
-        for name, value in vars(module).items()
-        if isinstance(value, type)
-        and name.endswith("RotaryEmbedding")
-        and not re.search("Vision|Audio", name)
-    )
-    assert names, f"no rotary embedding class in {module.__name__}"
-    return getattr(module, names[-1])(config)
+    return model_rotary_embedding(config)
 
 
 def transformers_frequencies(config, layer_type: str | None):

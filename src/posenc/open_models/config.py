@@ -275,3 +275,31 @@ def modeling_text(module: str) -> str:
     """
     root = Path(import_transformers().__file__).parent
     return (root / "models" / module / f"modeling_{module}.py").read_text()
+
+
+def model_rotary_embedding(config: Any):
+    """The model's own rotary embedding module, as its modeling file builds it from
+    ``config`` (a transformers config instance): the ``*RotaryEmbedding`` class of
+    ``modeling_<name>.py`` beside the config's class (the last by name, vision and
+    audio ones left out), called with the config. Its ``forward(x, position_ids)``
+    gives the (cos, sin) the model multiplies q and k by, dynamic and LongRoPE updates
+    included.
+
+    Raises:
+        LookupError: the modeling module has no such class.
+
+    Source: transformers 5.23.0, ``models/<name>/modeling_<name>.py``.
+    """
+    import importlib
+
+    module = importlib.import_module(
+        type(config).__module__.replace(".configuration_", ".modeling_")
+    )
+    names = sorted(
+        name for name, value in vars(module).items()
+        if isinstance(value, type) and name.endswith("RotaryEmbedding")
+        and not re.search("Vision|Audio", name)
+    )
+    if not names:
+        raise LookupError(f"no rotary embedding class in {module.__name__}")
+    return getattr(module, names[-1])(config)

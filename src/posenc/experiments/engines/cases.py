@@ -40,8 +40,9 @@ import torch
 
 from ...card.parse import head_dim_of, rope_parameters_by_type
 from ...card.read import text_part
+from ...open_models.config import model_rotary_embedding
 from ...open_models.released_configs import released_configs
-from ...rope import apply_rope
+from ...rope import apply_rope, rope_cos_sin
 from ...rope_config import rope_inv_freq_from_config
 from ...utils import cpu_float64
 
@@ -218,19 +219,23 @@ def inputs(c: Case) -> list[torch.Tensor]:
     return out
 
 
+def _frequencies(c: Case, seq_len: int) -> tuple[torch.Tensor, float]:
+    """posenc's (inv_freq, attention_factor) of a call of length ``seq_len`` (M-RoPE's
+    sections aside: text positions are equal on its three axes)."""
+    params = {k: v for k, v in c.rope_parameters.items()
+              if k not in ("mrope_section", "mrope_interleaved")}
+    return rope_inv_freq_from_config(
+        params, c.head_dim, max_position_embeddings=c.max_position_embeddings,
+        seq_len=seq_len,
+    )
+
+
 def reference(c: Case, x: torch.Tensor, offset: int) -> torch.Tensor:
     """posenc's rotation of one call: x (1, H, T, head_dim) at positions offset …
     offset + T − 1, its frequencies from the call's length ℓ = offset + T (dynamic
     and LongRoPE as transformers computes them per forward call), float32."""
     positions = torch.arange(offset, offset + x.shape[-2])
-    params = c.rope_parameters
-    seq_len = offset + x.shape[-2]
-    inv_freq, attention_factor = rope_inv_freq_from_config(
-        {k: v for k, v in params.items() if k not in ("mrope_section",
-                                                       "mrope_interleaved")},
-        c.head_dim, max_position_embeddings=c.max_position_embeddings,
-        seq_len=seq_len,
-    )
+    inv_freq, attention_factor = _frequencies(c, offset + x.shape[-2])
     return apply_rope(x, positions, inv_freq=inv_freq, layout=c.layout,
                       attention_factor=attention_factor)
 
@@ -238,13 +243,61 @@ def reference(c: Case, x: torch.Tensor, offset: int) -> torch.Tensor:
 def tolerance(c: Case, x: torch.Tensor, offset: int) -> float:
     """4·2⁻²⁴·‖x‖·(m·θ_max + 1): m the call's last position, θ_max the largest
     frequency the call uses, ‖x‖ the largest norm of one head's vector."""
-    params = c.rope_parameters
-    inv_freq, _ = rope_inv_freq_from_config(
-        {k: v for k, v in params.items() if k not in ("mrope_section",
-                                                       "mrope_interleaved")},
-        c.head_dim, max_position_embeddings=c.max_position_embeddings,
-        seq_len=offset + x.shape[-2],
-    )
+    inv_freq, _ = _frequencies(c, offset + x.shape[-2])
     m = offset + x.shape[-2] - 1
     norm = float(cpu_float64(x).norm(dim=-1).max())
     return 4 * EPS32 * norm * (m * float(inv_freq.max()) + 1)
+
+
+# --- transformers, as the model runs it -----------------------------------------------
+
+
+def transformers_rotary(c: Case):
+    """The model's own rotary embedding module (transformers 5.23), built from the
+    case's configuration by the model's config class (the record's ``parse_as`` class
+    where the model's own is not in transformers), the case's overrides applied."""
+    from transformers import CONFIG_MAPPING
+
+    record = released_configs()[c.model]
+    text = dict(c.config)
+    if c.overrides:
+        text.pop("rope_scaling", None)
+        text["rope_parameters"] = c.rope_parameters
+    model_type = record.parse_as or text["model_type"]
+    config = CONFIG_MAPPING[model_type](**text).get_text_config()
+    return model_rotary_embedding(config)
+
+
+def transformers_cos_sin(rotary, c: Case, x: torch.Tensor, offset: int):
+    """(cos, sin), float32 (T, rotary_dim), of one forward call of ``rotary``
+    (:func:`transformers_rotary`; called in the schedule's order, so its dynamic and
+    LongRoPE state carries over as in generation). M-RoPE gets text positions, equal
+    on its three axes."""
+    tokens = x.shape[-2]
+    position_ids = torch.arange(offset, offset + tokens)[None]
+    if c.mrope_section:
+        position_ids = position_ids.expand(3, 1, tokens)
+    kwargs = {} if c.layer_type == "*" else {"layer_type": c.layer_type}
+    cos, sin = rotary(x, position_ids, **kwargs)
+    if cos.dim() == 4:  # (3, B, T, r): one table per axis, equal for text
+        cos, sin = cos[0], sin[0]
+    cos, sin = cos[0].float(), sin[0].float()
+    if cos.shape[-1] == c.rotary_dim // 2:  # gpt-oss keeps one angle per pair
+        cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+    return cos, sin
+
+
+def reference_cos_sin(c: Case, x: torch.Tensor, offset: int):
+    """posenc's (cos, sin), float32 (T, rotary_dim), in transformers' half layout, of
+    the call :func:`reference` rotates with."""
+    inv_freq, attention_factor = _frequencies(c, offset + x.shape[-2])
+    positions = torch.arange(offset, offset + x.shape[-2])
+    return rope_cos_sin(positions, inv_freq, attention_factor=attention_factor)
+
+
+def cos_sin_tolerance(c: Case, x: torch.Tensor, offset: int) -> float:
+    """:func:`tolerance` for the (cos, sin) tables: 4·2⁻²⁴·(m·θ_max + 1) times the
+    attention factor (at least 1) that scales them."""
+    inv_freq, attention_factor = _frequencies(c, offset + x.shape[-2])
+    m = offset + x.shape[-2] - 1
+    return 4 * EPS32 * (m * float(inv_freq.max()) + 1) * max(attention_factor, 1.0)

@@ -42,12 +42,13 @@ CHECK_RTOL = 1e-6
 
 @dataclasses.dataclass(frozen=True)
 class Engine:
-    """An engine of the tier: its environment and runner, and the rows it cannot run
-    (``{case: (code, why)}``, the code that shows it)."""
+    """An engine of the tier: its environment and runner (None: transformers, run
+    here, in the book's environment, on the model's own rotary module), and the rows
+    it cannot run (``{case: (code, why)}``, the code that shows it)."""
 
     name: str
-    runner: str
-    requirements: str
+    runner: str | None
+    requirements: str | None
     unsupported: dict
 
     def python(self, root: Path | None = None) -> Path:
@@ -63,6 +64,7 @@ _MLX_MROPE = (
 )
 
 ENGINES = {
+    "transformers": Engine("transformers", None, None, {}),
     "mlx": Engine("mlx", "mlx_runner.py", "requirements-mlx.txt",
                   {"mrope": _MLX_MROPE, "mrope-interleaved": _MLX_MROPE}),
 }
@@ -108,6 +110,8 @@ def run_engine(
         FileNotFoundError: the engine's environment is missing (``make engines``).
         subprocess.CalledProcessError: the runner failed (its stderr is shown).
     """
+    if engine.runner is None:
+        return [_transformers_record(engine, c) for c in rows]
     python = engine.python(root)
     if not python.exists():
         raise FileNotFoundError(
@@ -133,9 +137,30 @@ def run_engine(
                 entries.append({"schedule": schedule, "offset": offset,
                                 "tokens": tokens, "max_abs": max_abs,
                                 "tolerance": tol, "ratio": max_abs / tol})
-            records.append(_record(engine, c, "compared", about, calls=entries,
+            records.append(_record(engine, c, "compared", about,
+                                   compares="rotated q", calls=entries,
                                    worst_ratio=max(e["ratio"] for e in entries)))
     return records
+
+
+def _transformers_record(engine: Engine, c: C.Case) -> dict:
+    """transformers' (cos, sin) of each call, from the model's own rotary module run
+    in the schedule's order, against posenc's (:func:`.cases.reference_cos_sin`)."""
+    import transformers
+
+    rotary, entries = C.transformers_rotary(c), []
+    for (schedule, offset, tokens), x in zip(C.calls(c), C.inputs(c)):
+        theirs = C.transformers_cos_sin(rotary, c, x, offset)
+        ours = C.reference_cos_sin(c, x, offset)
+        max_abs = max(float((cpu_float64(a) - cpu_float64(b)).abs().max())
+                      for a, b in zip(theirs, ours))
+        tol = C.cos_sin_tolerance(c, x, offset)
+        entries.append({"schedule": schedule, "offset": offset, "tokens": tokens,
+                        "max_abs": max_abs, "tolerance": tol, "ratio": max_abs / tol})
+    about = {"versions": {"transformers": transformers.__version__},
+             "device": "cpu"}
+    return _record(engine, c, "compared", about, compares="cos/sin", calls=entries,
+                   worst_ratio=max(e["ratio"] for e in entries))
 
 
 def _record(engine: Engine, c: C.Case, status: str, about: dict, **fields) -> dict:
@@ -208,9 +233,9 @@ def summary(records: list[dict]) -> str:
     lines = []
     for r in records:
         if r["status"] == "unsupported":
-            lines.append(f"{r['engine']:>5} {r['case']:<18} unsupported")
+            lines.append(f"{r['engine']:>12} {r['case']:<18} unsupported")
         else:
-            lines.append(f"{r['engine']:>5} {r['case']:<18} worst ratio "
+            lines.append(f"{r['engine']:>12} {r['case']:<18} worst ratio "
                          f"{r['worst_ratio']:.3g}")
     return "\n".join(lines)
 
