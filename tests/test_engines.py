@@ -73,7 +73,7 @@ def test_the_stored_records_cover_the_matrix_and_agree_with_it():
     for r in records:
         c = C.case(r["case"])
         engine = tier.ENGINES[r["engine"]]
-        assert r["key"] == c.key()
+        assert r["key"] == c.key() and r["pins"] == engine.pins()
         if r["status"] == "unsupported":
             assert r["case"] in engine.unsupported and r["code"] and r["why"]
             continue
@@ -122,3 +122,20 @@ def test_transformers_is_recomputed_here_and_agrees_with_posenc_on_every_row():
         assert [e["max_abs"] for e in again["calls"]] == pytest.approx(
             [e["max_abs"] for e in stored[name]["calls"]], rel=1e-9, abs=1e-12)
     assert all(r["status"] == "compared" and r["worst_ratio"] <= 1 for r in stored.values())
+
+
+def test_a_record_computed_with_other_pins_is_stale(tmp_path, monkeypatch):
+    """Changing an engine's requirements file (a new mlx-lm) makes its records stale."""
+    engine = tier.ENGINES["mlx"]
+    records = tier.stored("mlx")
+    monkeypatch.setattr(store, "RESULTS_ROOT", tmp_path)
+    (tmp_path / tier.NAME).mkdir()
+    for r in records:
+        store.write_json(tier.record_path("mlx", r["case"]), r)
+    assert len(tier.stored("mlx")) == len(C.CASES)
+    other = tmp_path / "requirements-mlx.txt"
+    other.write_text((tier.HERE / engine.requirements).read_text() + "mlx-lm==0.33.0\n")
+    monkeypatch.setattr(tier, "HERE", tmp_path)
+    assert engine.pins() != records[0]["pins"]
+    with pytest.raises(store.StaleResultsError, match=f"{len(C.CASES)} of {len(C.CASES)}"):
+        tier.stored("mlx")

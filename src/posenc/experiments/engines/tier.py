@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..._versions import BOOK_PINS
 from ...utils import cpu_float64
 from .. import store
 from . import cases as C
@@ -53,6 +55,15 @@ class Engine:
 
     def python(self, root: Path | None = None) -> Path:
         return (root or Path.cwd()) / VENVS / self.name / "bin" / "python"
+
+    def pins(self) -> str:
+        """What the engine's results depend on besides the case: the sha256 of its
+        requirements file (every package pinned), or for transformers the book's pin
+        (:data:`posenc._versions.BOOK_PINS`). A record of other pins is stale."""
+        if self.requirements is None:
+            return f"transformers=={BOOK_PINS['transformers']}"
+        text = (HERE / self.requirements).read_bytes()
+        return "sha256:" + hashlib.sha256(text).hexdigest()
 
 
 _MLX_MROPE = (
@@ -165,7 +176,7 @@ def _transformers_record(engine: Engine, c: C.Case) -> dict:
 
 def _record(engine: Engine, c: C.Case, status: str, about: dict, **fields) -> dict:
     return {"engine": engine.name, "case": c.name, "key": c.key(), "setting": c.setting,
-            "status": status, **fields,
+            "pins": engine.pins(), "status": status, **fields,
             "engine_versions": about.get("versions", {}),
             "device": about.get("device"), "provenance": store.provenance()}
 
@@ -181,7 +192,8 @@ def stored(engine: str | None = None, *, strict: bool = True) -> list[dict]:
 
     Raises:
         StaleResultsError: with ``strict``, a row has no record, or one computed for
-            other settings (its key differs): the message names them.
+            other settings (its key differs) or other pins (:meth:`Engine.pins`): the
+            message names them.
     """
     names = [engine] if engine else list(ENGINES)
     out, missing = [], []
@@ -189,7 +201,9 @@ def stored(engine: str | None = None, *, strict: bool = True) -> list[dict]:
         for c in C.CASES:
             path = record_path(name, c.name)
             record = json.loads(path.read_text()) if path.exists() else None
-            if record is None or record.get("key") != c.key():
+            pins = ENGINES[name].pins()
+            if record is None or (record.get("key"), record.get("pins")) != (c.key(),
+                                                                            pins):
                 missing.append(f"{name}/{c.name}")
             else:
                 out.append(record)
