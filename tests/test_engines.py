@@ -94,7 +94,8 @@ def test_a_missing_record_is_named_with_the_command_that_computes_it(tmp_path, m
     first = C.CASES[0]
     store.write_json(tier.record_path("mlx", first.name),
                      {"key": "stale", "case": first.name, "engine": "mlx"})
-    with pytest.raises(store.StaleResultsError, match=f"mlx/{first.name}.*engines.tier"):
+    with pytest.raises(store.StaleResultsError,
+                       match=f"mlx/{first.name}.*run `make engines` .*engines.tier"):
         tier.stored("mlx")
     assert tier.main(["--verify", "--engine", "mlx"]) == 1
 

@@ -199,6 +199,7 @@ def stale_error(
     total: int,
     command: str,
     where: Path | str | None = None,
+    target: str = "make study",
 ) -> StaleResultsError:
     """The error that says a stored study does not cover its grid.
 
@@ -208,7 +209,8 @@ def stale_error(
             stored result (at most :data:`NAMED_MISSING` are named). total: runs in
             the grid. command: what computes them (e.g.
             ``"python -m posenc.experiments.vit_study"``).
-            where: the folder, named in the message when given.
+            where: the folder, named in the message when given. target: the make
+            target that computes them (``make engines`` for the engines tier).
 
     Returns:
         A :class:`StaleResultsError` (to raise).
@@ -219,7 +221,7 @@ def stale_error(
     return StaleResultsError(
         f"the stored {study} is stale: {len(missing)} of {total} runs have no stored "
         f"result for the current configuration ({names}{more}){place}; run "
-        f"`make study` ({command})"
+        f"`{target}` ({command})"
     )
 
 

@@ -210,7 +210,7 @@ def stored(engine: str | None = None, *, strict: bool = True) -> list[dict]:
     if missing and strict:
         raise store.stale_error(f"engines tier ({NAME})", missing,
                                 len(names) * len(C.CASES), COMMAND,
-                                store.results_dir(NAME))
+                                store.results_dir(NAME), target="make engines")
     return out
 
 
