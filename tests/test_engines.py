@@ -140,3 +140,18 @@ def test_a_record_computed_with_other_pins_is_stale(tmp_path, monkeypatch):
     assert engine.pins() != records[0]["pins"]
     with pytest.raises(store.StaleResultsError, match=f"{len(C.CASES)} of {len(C.CASES)}"):
         tier.stored("mlx")
+
+
+def test_the_model_route_gives_mlx_lm_the_config_as_transformers_5_saves_it(tmp_path):
+    """mlx-model builds each row's rope through mlx-lm's own model file, from the
+    config.json transformers 5.23 writes: RoPE under rope_parameters only, the layer
+    of the row's type (Gemma 3's first full-attention layer is its sixth)."""
+    engine = tier.ENGINES["mlx-model"]
+    request = tier._request(engine, [C.case("llama3"), C.case("gemma3-full")], tmp_path)
+    llama, gemma = (case["model"] for case in request["cases"])
+    assert llama["model_type"] == "llama" and llama["layer_idx"] == 0
+    assert llama["config"]["rope_parameters"]["rope_type"] == "llama3"
+    assert "rope_scaling" not in llama["config"]
+    assert gemma["model_type"] == "gemma3_text" and gemma["layer_idx"] == 5
+    assert gemma["config"]["layer_types"][5] == "full_attention"
+    assert engine.python() == tier.ENGINES["mlx"].python()  # one environment

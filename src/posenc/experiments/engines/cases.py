@@ -252,10 +252,10 @@ def tolerance(c: Case, x: torch.Tensor, offset: int) -> float:
 # --- transformers, as the model runs it -----------------------------------------------
 
 
-def transformers_rotary(c: Case):
-    """The model's own rotary embedding module (transformers 5.23), built from the
-    case's configuration by the model's config class (the record's ``parse_as`` class
-    where the model's own is not in transformers), the case's overrides applied."""
+def transformers_config(c: Case):
+    """The case's configuration read by the model's config class (transformers 5.23;
+    the record's ``parse_as`` class where the model's own is not in transformers), the
+    case's overrides applied: its text config."""
     from transformers import CONFIG_MAPPING
 
     record = released_configs()[c.model]
@@ -264,8 +264,25 @@ def transformers_rotary(c: Case):
         text.pop("rope_scaling", None)
         text["rope_parameters"] = c.rope_parameters
     model_type = record.parse_as or text["model_type"]
-    config = CONFIG_MAPPING[model_type](**text).get_text_config()
-    return model_rotary_embedding(config)
+    return CONFIG_MAPPING[model_type](**text).get_text_config()
+
+
+def transformers_rotary(c: Case):
+    """The model's own rotary embedding module, built from
+    :func:`transformers_config`."""
+    return model_rotary_embedding(transformers_config(c))
+
+
+def saved_config(c: Case) -> dict:
+    """The case's config.json as transformers 5.23 saves it (``save_pretrained``
+    writes ``to_json_string``): RoPE settings under ``rope_parameters`` only."""
+    return json.loads(transformers_config(c).to_json_string())
+
+
+def layer_index(c: Case) -> int:
+    """The first layer of the case's layer type (0 when one type serves all)."""
+    types = saved_config(c).get("layer_types") or []
+    return types.index(c.layer_type) if c.layer_type in types else 0
 
 
 def transformers_cos_sin(rotary, c: Case, x: torch.Tensor, offset: int):

@@ -52,9 +52,15 @@ class Engine:
     runner: str | None
     requirements: str | None
     unsupported: dict
+    #: "rope": the engine's rotary code called with the case's parameters; "model":
+    #: the rope the engine's model file builds from the case's config.json as
+    #: transformers 5.23 saves it (:func:`.cases.saved_config`).
+    route: str = "rope"
+    venv: str | None = None
 
     def python(self, root: Path | None = None) -> Path:
-        return (root or Path.cwd()) / VENVS / self.name / "bin" / "python"
+        venv = self.venv or self.name
+        return (root or Path.cwd()) / VENVS / venv / "bin" / "python"
 
     def pins(self) -> str:
         """What the engine's results depend on besides the case: the sha256 of its
@@ -74,10 +80,21 @@ _MLX_MROPE = (
     "cannot be passed (text alone, where the three are equal, is plain RoPE)",
 )
 
+_HF_LAYOUT = (
+    "transformers/models/llama/convert_llama_weights_to_hf.py: permute (q/k rows "
+    "to the half layout); mlx_lm/models/llama.py: ModelArgs.rope_traditional = False",
+    "a transformers-format checkpoint is in the half layout: this route reads that, "
+    "not Meta's interleaved one (the 'mlx' column compares the interleaved layout)",
+)
+
 ENGINES = {
     "transformers": Engine("transformers", None, None, {}),
     "mlx": Engine("mlx", "mlx_runner.py", "requirements-mlx.txt",
                   {"mrope": _MLX_MROPE, "mrope-interleaved": _MLX_MROPE}),
+    "mlx-model": Engine("mlx-model", "mlx_runner.py", "requirements-mlx.txt",
+                        {"mrope": _MLX_MROPE, "mrope-interleaved": _MLX_MROPE,
+                         "interleaved": _HF_LAYOUT},
+                        route="model", venv="mlx"),
 }
 
 
@@ -103,7 +120,13 @@ def _request(engine: Engine, rows: list[C.Case], folder: Path) -> dict:
             target = folder / f"{c.name}-{k}-out.npy"
             np.save(source, x.numpy())
             calls.append([offset, str(source), str(target)])
-        out.append({"name": c.name, "dims": c.rotary_dim, "head_dim": c.head_dim,
+        model = None
+        if engine.route == "model":
+            config = C.saved_config(c)
+            model = {"model_type": config["model_type"], "config": config,
+                     "layer_idx": C.layer_index(c)}
+        out.append({"name": c.name, "model": model,
+                    "dims": c.rotary_dim, "head_dim": c.head_dim,
                     "base": float(c.rope_parameters["rope_theta"]),
                     "traditional": c.layout == "interleaved",
                     "scaling_config": _scaling_config(c),
@@ -119,7 +142,7 @@ def run_engine(
 
     Raises:
         FileNotFoundError: the engine's environment is missing (``make engines``).
-        subprocess.CalledProcessError: the runner failed (its stderr is shown).
+        RuntimeError: the runner failed (the message ends with its stderr).
     """
     if engine.runner is None:
         return [_transformers_record(engine, c) for c in rows]
@@ -134,7 +157,10 @@ def run_engine(
         request = folder / "request.json"
         request.write_text(json.dumps(_request(engine, rows, folder)))
         done = subprocess.run([str(python), str(HERE / engine.runner), str(request)],
-                              capture_output=True, text=True, check=True)
+                              capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(
+                f"the {engine.name} runner failed:\n{done.stderr[-3000:]}")
         about = json.loads(done.stdout.strip().splitlines()[-1])
         records = []
         for c in rows:
