@@ -54,6 +54,9 @@ SEED = 0
 #: One float32 unit in the last place, relative: 2⁻²⁴.
 EPS32 = 2.0**-24
 SCHEDULES = ("inside", "far", "kv")
+#: M-RoPE's keys: how the pairs are split between the position axes, which text
+#: positions (equal on every axis) do not exercise.
+MROPE_KEYS = ("mrope_section", "mrope_interleaved")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,18 +195,18 @@ def case(name: str) -> Case:
     raise KeyError(f"no case {name!r}; the matrix has {[c.name for c in CASES]}")
 
 
-def calls(c: Case, schedule: str | None = None):
-    """The forward calls of ``schedule`` (all three when None) as ``[(schedule,
-    offset), ...]``: each call covers positions offset … offset + :data:`TOKENS` − 1."""
+def calls(c: Case) -> list[tuple[str, int, int]]:
+    """The forward calls of the three schedules, in order, as ``[(schedule, offset,
+    tokens), ...]``: a call covers positions offset … offset + tokens − 1
+    (:data:`TOKENS`, one for a decode step)."""
     length = c.original_length
     plan = {
         "inside": [length // 2],
         "far": [4 * length],
         "kv": [length - TOKENS - 1, length - 1, length, length + 1],
     }
-    names = SCHEDULES if schedule is None else (schedule,)
     out = []
-    for name in names:
+    for name in SCHEDULES:
         for k, offset in enumerate(plan[name]):
             out.append((name, offset, TOKENS if name != "kv" or k == 0 else 1))
     return out
@@ -222,8 +225,7 @@ def inputs(c: Case) -> list[torch.Tensor]:
 def _frequencies(c: Case, seq_len: int) -> tuple[torch.Tensor, float]:
     """posenc's (inv_freq, attention_factor) of a call of length ``seq_len`` (M-RoPE's
     sections aside: text positions are equal on its three axes)."""
-    params = {k: v for k, v in c.rope_parameters.items()
-              if k not in ("mrope_section", "mrope_interleaved")}
+    params = {k: v for k, v in c.rope_parameters.items() if k not in MROPE_KEYS}
     return rope_inv_freq_from_config(
         params, c.head_dim, max_position_embeddings=c.max_position_embeddings,
         seq_len=seq_len,
@@ -240,13 +242,19 @@ def reference(c: Case, x: torch.Tensor, offset: int) -> torch.Tensor:
                       attention_factor=attention_factor)
 
 
+def _angle_rounding(c: Case, x: torch.Tensor, offset: int) -> tuple[float, float]:
+    """(4·2⁻²⁴·(m·θ_max + 1), attention factor) of one call: m its last position,
+    θ_max the largest frequency it uses."""
+    inv_freq, attention_factor = _frequencies(c, offset + x.shape[-2])
+    m = offset + x.shape[-2] - 1
+    return 4 * EPS32 * (m * float(inv_freq.max()) + 1), attention_factor
+
+
 def tolerance(c: Case, x: torch.Tensor, offset: int) -> float:
     """4·2⁻²⁴·‖x‖·(m·θ_max + 1): m the call's last position, θ_max the largest
     frequency the call uses, ‖x‖ the largest norm of one head's vector."""
-    inv_freq, _ = _frequencies(c, offset + x.shape[-2])
-    m = offset + x.shape[-2] - 1
     norm = float(cpu_float64(x).norm(dim=-1).max())
-    return 4 * EPS32 * norm * (m * float(inv_freq.max()) + 1)
+    return norm * _angle_rounding(c, x, offset)[0]
 
 
 # --- transformers, as the model runs it -----------------------------------------------
@@ -279,9 +287,10 @@ def saved_config(c: Case) -> dict:
     return json.loads(transformers_config(c).to_json_string())
 
 
-def layer_index(c: Case) -> int:
-    """The first layer of the case's layer type (0 when one type serves all)."""
-    types = saved_config(c).get("layer_types") or []
+def layer_index(c: Case, config: dict) -> int:
+    """The first layer of the case's layer type in ``config`` (its
+    :func:`saved_config`; 0 when one type serves all)."""
+    types = config.get("layer_types") or []
     return types.index(c.layer_type) if c.layer_type in types else 0
 
 
@@ -315,6 +324,5 @@ def reference_cos_sin(c: Case, x: torch.Tensor, offset: int):
 def cos_sin_tolerance(c: Case, x: torch.Tensor, offset: int) -> float:
     """:func:`tolerance` for the (cos, sin) tables: 4·2⁻²⁴·(m·θ_max + 1) times the
     attention factor (at least 1) that scales them."""
-    inv_freq, attention_factor = _frequencies(c, offset + x.shape[-2])
-    m = offset + x.shape[-2] - 1
-    return 4 * EPS32 * (m * float(inv_freq.max()) + 1) * max(attention_factor, 1.0)
+    bound, attention_factor = _angle_rounding(c, x, offset)
+    return bound * max(attention_factor, 1.0)

@@ -106,8 +106,7 @@ def _scaling_config(c: C.Case) -> dict | None:
     """The case's parameters as mlx-lm's models pass them (their ``rope_scaling``):
     the rule's keys, without the base and the rotated fraction they pass apart."""
     params = {k: v for k, v in c.rope_parameters.items()
-              if k not in ("rope_theta", "partial_rotary_factor", "mrope_section",
-                           "mrope_interleaved")}
+              if k not in ("rope_theta", "partial_rotary_factor", *C.MROPE_KEYS)}
     return None if params.get("rope_type") == "default" else params
 
 
@@ -124,7 +123,7 @@ def _request(engine: Engine, rows: list[C.Case], folder: Path) -> dict:
         if engine.route == "model":
             config = C.saved_config(c)
             model = {"model_type": config["model_type"], "config": config,
-                     "layer_idx": C.layer_index(c)}
+                     "layer_idx": C.layer_index(c, config)}
         out.append({"name": c.name, "model": model,
                     "dims": c.rotary_dim, "head_dim": c.head_dim,
                     "base": float(c.rope_parameters["rope_theta"]),
@@ -169,15 +168,24 @@ def run_engine(
                                                                     C.inputs(c))):
                 theirs = torch.from_numpy(np.load(folder / f"{c.name}-{k}-out.npy"))
                 ours = C.reference(c, x, offset)
-                max_abs = float((cpu_float64(theirs) - cpu_float64(ours)).abs().max())
-                tol = C.tolerance(c, x, offset)
-                entries.append({"schedule": schedule, "offset": offset,
-                                "tokens": tokens, "max_abs": max_abs,
-                                "tolerance": tol, "ratio": max_abs / tol})
-            records.append(_record(engine, c, "compared", about,
-                                   compares="rotated q", calls=entries,
-                                   worst_ratio=max(e["ratio"] for e in entries)))
+                entries.append(_entry(schedule, offset, tokens, [(theirs, ours)],
+                                      C.tolerance(c, x, offset)))
+            records.append(_compared(engine, c, about, "rotated q", entries))
     return records
+
+
+def _entry(schedule, offset, tokens, pairs, tol) -> dict:
+    """One call's entry: the largest |theirs − ours| over ``pairs`` of tensors, and
+    its ratio to the tolerance ``tol``."""
+    max_abs = max(float((cpu_float64(a) - cpu_float64(b)).abs().max())
+                  for a, b in pairs)
+    return {"schedule": schedule, "offset": offset, "tokens": tokens,
+            "max_abs": max_abs, "tolerance": tol, "ratio": max_abs / tol}
+
+
+def _compared(engine, c, about, compares, entries) -> dict:
+    return _record(engine, c, "compared", about, compares=compares, calls=entries,
+                   worst_ratio=max(e["ratio"] for e in entries))
 
 
 def _transformers_record(engine: Engine, c: C.Case) -> dict:
@@ -189,15 +197,11 @@ def _transformers_record(engine: Engine, c: C.Case) -> dict:
     for (schedule, offset, tokens), x in zip(C.calls(c), C.inputs(c)):
         theirs = C.transformers_cos_sin(rotary, c, x, offset)
         ours = C.reference_cos_sin(c, x, offset)
-        max_abs = max(float((cpu_float64(a) - cpu_float64(b)).abs().max())
-                      for a, b in zip(theirs, ours))
-        tol = C.cos_sin_tolerance(c, x, offset)
-        entries.append({"schedule": schedule, "offset": offset, "tokens": tokens,
-                        "max_abs": max_abs, "tolerance": tol, "ratio": max_abs / tol})
+        entries.append(_entry(schedule, offset, tokens, zip(theirs, ours),
+                              C.cos_sin_tolerance(c, x, offset)))
     about = {"versions": {"transformers": transformers.__version__},
              "device": "cpu"}
-    return _record(engine, c, "compared", about, compares="cos/sin", calls=entries,
-                   worst_ratio=max(e["ratio"] for e in entries))
+    return _compared(engine, c, about, "cos/sin", entries)
 
 
 def _record(engine: Engine, c: C.Case, status: str, about: dict, **fields) -> dict:
