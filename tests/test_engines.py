@@ -155,3 +155,11 @@ def test_the_model_route_gives_mlx_lm_the_config_as_transformers_5_saves_it(tmp_
     assert gemma["model_type"] == "gemma3_text" and gemma["layer_idx"] == 5
     assert gemma["config"]["layer_types"][5] == "full_attention"
     assert engine.python() == tier.ENGINES["mlx"].python()  # one environment
+
+
+def test_a_config_json_dict_is_refused_by_model_rotary_embedding():
+    from posenc.open_models.config import model_rotary_embedding
+
+    with pytest.raises(TypeError, match="config must be a transformers config instance, "
+                                        "got dict"):
+        model_rotary_embedding({"model_type": "llama"})

@@ -286,12 +286,21 @@ def model_rotary_embedding(config: Any):
     included.
 
     Raises:
+        TypeError: ``config`` is not a transformers config instance (a config.json
+            dict, say: read it with the model's config class first).
         LookupError: the modeling module has no such class.
 
     Source: transformers 5.23.0, ``models/<name>/modeling_<name>.py``.
     """
     import importlib
 
+    transformers = import_transformers()
+    if not isinstance(config, transformers.PretrainedConfig):
+        raise TypeError(
+            f"config must be a transformers config instance, got "
+            f"{type(config).__name__}: read a config.json dict with its class first, "
+            "e.g. transformers.AutoConfig.for_model(d['model_type'], **d)"
+        )
     module = importlib.import_module(
         type(config).__module__.replace(".configuration_", ".modeling_")
     )
