@@ -81,10 +81,15 @@ def test_the_stored_records_cover_the_matrix_and_agree_with_it():
         assert [(e["schedule"], e["offset"], e["tokens"]) for e in r["calls"]] == [
             tuple(call) for call in C.calls(c)]
         tolerance = {"rotated q": C.tolerance, "cos/sin": C.cos_sin_tolerance}[r["compares"]]
+        ratios = []
         for e, x, (_, offset, _) in zip(r["calls"], C.inputs(c), C.calls(c)):
+            if e.get("status") == "refused":  # a position the engine does not serve
+                assert e["why"] and "max_abs" not in e
+                continue
             assert e["tolerance"] == pytest.approx(tolerance(c, x, offset), rel=1e-12)
             assert e["ratio"] == pytest.approx(e["max_abs"] / e["tolerance"])
-        assert r["worst_ratio"] == max(e["ratio"] for e in r["calls"])
+            ratios.append(e["ratio"])
+        assert r["worst_ratio"] == max(ratios, default=None)
         assert r["engine_versions"] and r["provenance"]["posenc"]
 
 

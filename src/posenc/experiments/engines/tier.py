@@ -9,7 +9,9 @@ A record (``src/posenc/results/engines/<engine>-<case>.json``): ``engine``, ``ca
 ("compared" or "unsupported"), for "compared" one entry per forward call —
 ``schedule``, ``offset``, ``tokens``, ``max_abs`` (the largest |engine − posenc| over
 the call's rotated queries), ``tolerance`` (:func:`.cases.tolerance`), ``ratio`` — and
-``worst_ratio``; for "unsupported" the engine's code that shows it (``code``) and why;
+``worst_ratio`` (None when the engine refused every call); a call the engine refuses
+(a position past the table it serves) has ``status`` "refused" and ``why`` instead of
+the numbers; for "unsupported" the engine's code that shows it (``code``) and why;
 ``engine_versions`` and ``device`` as the runner reports them; ``provenance``.
 """
 
@@ -119,17 +121,18 @@ def _request(engine: Engine, rows: list[C.Case], folder: Path) -> dict:
             target = folder / f"{c.name}-{k}-out.npy"
             np.save(source, x.numpy())
             calls.append([offset, str(source), str(target)])
-        model = None
-        if engine.route == "model":
-            config = C.saved_config(c)
-            model = {"model_type": config["model_type"], "config": config,
-                     "layer_idx": C.layer_index(c, config)}
-        out.append({"name": c.name, "model": model,
+        config = C.saved_config(c)
+        model = {"model_type": config["model_type"], "config": config,
+                 "layer_idx": C.layer_index(c, config)}
+        out.append({"name": c.name, "model": model if engine.route == "model" else None,
+                    "saved": model, "layer_type": c.layer_type,
                     "dims": c.rotary_dim, "head_dim": c.head_dim,
                     "base": float(c.rope_parameters["rope_theta"]),
                     "traditional": c.layout == "interleaved",
+                    "rope_parameters": c.rope_parameters,
                     "scaling_config": _scaling_config(c),
                     "max_position_embeddings": c.max_position_embeddings,
+                    "original_length": c.original_length,
                     "calls": calls})
     return {"cases": out}
 
@@ -161,11 +164,17 @@ def run_engine(
             raise RuntimeError(
                 f"the {engine.name} runner failed:\n{done.stderr[-3000:]}")
         about = json.loads(done.stdout.strip().splitlines()[-1])
+        refused = about.get("refused", {})
         records = []
         for c in rows:
             entries = []
             for k, ((schedule, offset, tokens), x) in enumerate(zip(C.calls(c),
                                                                     C.inputs(c))):
+                if f"{c.name}/{k}" in refused:
+                    entries.append({"schedule": schedule, "offset": offset,
+                                    "tokens": tokens, "status": "refused",
+                                    "why": refused[f"{c.name}/{k}"]})
+                    continue
                 theirs = torch.from_numpy(np.load(folder / f"{c.name}-{k}-out.npy"))
                 ours = C.reference(c, x, offset)
                 entries.append(_entry(schedule, offset, tokens, [(theirs, ours)],
@@ -184,8 +193,9 @@ def _entry(schedule, offset, tokens, pairs, tol) -> dict:
 
 
 def _compared(engine, c, about, compares, entries) -> dict:
+    ratios = [e["ratio"] for e in entries if "ratio" in e]
     return _record(engine, c, "compared", about, compares=compares, calls=entries,
-                   worst_ratio=max(e["ratio"] for e in entries))
+                   worst_ratio=max(ratios, default=None))
 
 
 def _transformers_record(engine: Engine, c: C.Case) -> dict:
@@ -265,7 +275,12 @@ def check(engine: Engine) -> int:
     bad = []
     for record in run_engine(engine, rows):
         for new, was in zip(record["calls"], old[record["case"]]["calls"]):
-            if not np.isclose(new["max_abs"], was["max_abs"], rtol=CHECK_RTOL,
+            if "max_abs" not in new or "max_abs" not in was:
+                if new.get("status") != was.get("status"):
+                    bad.append(f"{engine.name}/{record['case']} {new['schedule']}@"
+                               f"{new['offset']}: {new.get('status')} != "
+                               f"{was.get('status')}")
+            elif not np.isclose(new["max_abs"], was["max_abs"], rtol=CHECK_RTOL,
                               atol=1e-12):
                 bad.append(f"{engine.name}/{record['case']} {new['schedule']}@"
                            f"{new['offset']}: {new['max_abs']} != {was['max_abs']}")
@@ -279,8 +294,9 @@ def summary(records: list[dict]) -> str:
         if r["status"] == "unsupported":
             lines.append(f"{r['engine']:>12} {r['case']:<18} unsupported")
         else:
+            worst = r["worst_ratio"]
             lines.append(f"{r['engine']:>12} {r['case']:<18} worst ratio "
-                         f"{r['worst_ratio']:.3g}")
+                         + ("(every call refused)" if worst is None else f"{worst:.3g}"))
     return "\n".join(lines)
 
 
