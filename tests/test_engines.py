@@ -90,6 +90,8 @@ def test_the_stored_records_cover_the_matrix_and_agree_with_it():
             assert e["ratio"] == pytest.approx(e["max_abs"] / e["tolerance"])
             ratios.append(e["ratio"])
         assert r["worst_ratio"] == max(ratios, default=None)
+        if (r["worst_ratio"] or 0) > 1:  # a difference comes with what might explain it
+            assert set(r["hypotheses"]) == set(C.hypotheses(c))
         assert r["engine_versions"] and r["provenance"]["posenc"]
 
 
@@ -168,3 +170,46 @@ def test_a_config_json_dict_is_refused_by_model_rotary_embedding():
     with pytest.raises(TypeError, match="config must be a transformers config instance, "
                                         "got dict"):
         model_rotary_embedding({"model_type": "llama"})
+
+
+def test_the_released_route_gives_the_config_in_transformers_4s_keys(tmp_path):
+    """mlx-released reads the config.json as checkpoints were released: Qwen3's YaRN
+    under rope_scaling as its card says, Gemma 3's full-attention rule under
+    rope_scaling with both bases at the top level, no rope_parameters."""
+    engine = tier.ENGINES["mlx-released"]
+    request = tier._request(engine, [C.case("yarn"), C.case("gemma3-full")], tmp_path)
+    qwen, gemma = (case["model"] for case in request["cases"])
+    assert qwen["config"]["rope_scaling"]["rope_type"] == "yarn"
+    assert qwen["config"]["rope_scaling"]["factor"] == 4.0
+    assert gemma["config"]["rope_scaling"] == {"rope_type": "linear", "factor": 8.0}
+    assert gemma["config"]["rope_local_base_freq"] == 10000
+    assert gemma["layer_idx"] == 5
+    assert not any("rope_parameters" in case["model"]["config"]
+                   for case in request["cases"])
+
+
+def test_the_hypotheses_are_the_rotations_they_name():
+    """Each alternative an engine is held against computes what its name says: inside
+    L dynamic NTK is the unscaled rotation; past L LongRoPE is its long factors; the
+    partial row's whole-head rotation moves the features the row passes through."""
+    dynamic, longrope, partial = C.case("dynamic"), C.case("longrope"), C.case("partial")
+    (_, inside, _), (_, far, _) = C.calls(dynamic)[:2]
+    x = C.inputs(dynamic)[0]
+    h = C.hypotheses(dynamic)
+    assert torch.equal(h["unscaled"](x, inside), C.reference(dynamic, x, inside))
+    assert not torch.allclose(h["unscaled"](x, far), C.reference(dynamic, x, far))
+    x = C.inputs(longrope)[1]
+    far = C.calls(longrope)[1][1]
+    h = C.hypotheses(longrope)
+    assert torch.equal(h["long factors throughout"](x, far), C.reference(longrope, x, far))
+    inside = C.calls(longrope)[0][1]
+    assert not torch.allclose(h["long factors throughout"](x, inside),
+                              C.reference(longrope, x, inside))
+    x = C.inputs(partial)[0]
+    offset = C.calls(partial)[0][1]
+    h = C.hypotheses(partial)
+    tail = slice(partial.rotary_dim, None)
+    assert torch.equal(C.reference(partial, x, offset)[..., tail], x[..., tail])
+    assert not torch.allclose(h["whole head, unscaled"](x, offset)[..., tail], x[..., tail])
+    assert set(C.hypotheses(C.case("default"))) == {"unscaled, base 10,000"}
+    assert "truncated" in C.hypotheses(C.case("yarn-gpt-oss"))

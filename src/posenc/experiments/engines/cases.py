@@ -257,6 +257,77 @@ def tolerance(c: Case, x: torch.Tensor, offset: int) -> float:
     return norm * _angle_rounding(c, x, offset)[0]
 
 
+
+# --- what an engine that differs computes instead ---------------------------------
+
+
+def _rotate(c: Case, x: torch.Tensor, offset: int, params: dict, *,
+            head_dim: int | None = None, seq_len: int | None = None) -> torch.Tensor:
+    """posenc's rotation of one call under ``params`` (a rope_parameters dict) in place
+    of the row's own, over ``head_dim`` features (the row's by default), with the
+    frequencies of a call of length ``seq_len`` (the call's own by default)."""
+    positions = torch.arange(offset, offset + x.shape[-2])
+    inv_freq, attention_factor = rope_inv_freq_from_config(
+        params, head_dim or c.head_dim,
+        max_position_embeddings=c.max_position_embeddings,
+        seq_len=seq_len or offset + x.shape[-2],
+    )
+    return apply_rope(x, positions, inv_freq=inv_freq, layout=c.layout,
+                      attention_factor=attention_factor)
+
+
+#: The base a model file falls back to when it finds no ``rope_theta`` (the RoPE
+#: paper's, the dataclass default of mlx-lm's llama, internlm2 and glm ModelArgs).
+FALLBACK_THETA = 10000.0
+
+
+def _plain(c: Case, *, whole_head: bool = False, theta: float | None = None) -> dict:
+    params = {"rope_type": "default",
+              "rope_theta": theta or c.rope_parameters["rope_theta"]}
+    fraction = c.rope_parameters.get("partial_rotary_factor", 1.0)
+    if fraction != 1.0 and not whole_head:
+        params["partial_rotary_factor"] = fraction
+    return params
+
+
+def hypotheses(c: Case) -> dict:
+    """What an engine that differs from the row might compute instead, each a function
+    ``(x, offset) -> rotated x`` like :func:`reference`, for the rows it applies to:
+
+    * ``"unscaled"``: plain RoPE at the row's ``rope_theta`` and rotated width, the
+      scaling rule dropped (an engine that does not read the row's ``rope_type``);
+    * ``"whole head, unscaled"``: plain RoPE over the whole head, where the row
+      rotates a fraction (``partial_rotary_factor`` ignored);
+    * ``"long factors throughout"``: LongRoPE's long factors at every position (MLX's
+      ``SuScaledRoPE``), where transformers uses the short ones inside L;
+    * ``"truncated"``: YaRN with ``truncate: true`` (the correction range rounded to
+      whole pairs), where the row says ``false`` (gpt-oss);
+    * ``"unscaled, base 10,000"`` and ``"whole head, base 10,000"``: the same at
+      :data:`FALLBACK_THETA`, where the row's ``rope_theta`` differs (a model file
+      that finds neither the scaling nor the base where it looks).
+
+    The tier stores each one's worst ratio for a row an engine does not match, so the
+    page can say what the engine computes rather than only that it differs."""
+    params, out = c.rope_parameters, {}
+    if params["rope_type"] != "default":
+        out["unscaled"] = lambda x, m: _rotate(c, x, m, _plain(c))
+    if c.rotary_dim != c.head_dim:
+        out["whole head, unscaled"] = lambda x, m: _rotate(
+            c, x, m, _plain(c, whole_head=True))
+    if params["rope_type"] == "longrope":
+        out["long factors throughout"] = lambda x, m: _rotate(
+            c, x, m, {k: v for k, v in params.items() if k not in MROPE_KEYS},
+            seq_len=max(m + x.shape[-2], c.original_length + 1))
+    if params.get("truncate") is False:
+        out["truncated"] = lambda x, m: _rotate(c, x, m, {**params, "truncate": True})
+    if float(params["rope_theta"]) != FALLBACK_THETA:
+        out["unscaled, base 10,000"] = lambda x, m: _rotate(
+            c, x, m, _plain(c, theta=FALLBACK_THETA))
+        if c.rotary_dim != c.head_dim:
+            out["whole head, base 10,000"] = lambda x, m: _rotate(
+                c, x, m, _plain(c, whole_head=True, theta=FALLBACK_THETA))
+    return out
+
 # --- transformers, as the model runs it -----------------------------------------------
 
 
@@ -285,6 +356,28 @@ def saved_config(c: Case) -> dict:
     """The case's config.json as transformers 5.23 saves it (``save_pretrained``
     writes ``to_json_string``): RoPE settings under ``rope_parameters`` only."""
     return json.loads(transformers_config(c).to_json_string())
+
+
+def released_config(c: Case) -> dict:
+    """The case's config.json as its authors released it (transformers 4's keys:
+    top-level ``rope_theta``, ``rope_scaling``), the row's overrides set under
+    ``rope_scaling`` as its model card says to. A record transcribed in transformers
+    5's keys (Gemma 3's, from transformers' conversion script) is written in
+    transformers 4's, the form of the checkpoints released before transformers 5:
+    the full-attention layers' rule under ``rope_scaling`` (Gemma 3's config.json:
+    ``{"rope_type": "linear", "factor": 8.0}``), the bases at the top level."""
+    config = dict(c.config)
+    params = config.pop("rope_parameters", None)
+    if params is not None:
+        if all(isinstance(v, dict) for v in params.values()):  # one rule per type
+            params = params.get("full_attention", {})
+        params = {k: v for k, v in params.items() if k != "rope_theta"}
+        plain = params.get("rope_type") == "default"
+        config["rope_scaling"] = None if plain else params
+    if c.overrides:
+        config["rope_scaling"] = {**(config.get("rope_scaling") or {}),
+                                  **dict(c.overrides)}
+    return config
 
 
 def layer_index(c: Case, config: dict) -> int:

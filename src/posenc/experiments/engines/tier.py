@@ -11,8 +11,9 @@ A record (``src/posenc/results/engines/<engine>-<case>.json``): ``engine``, ``ca
 the call's rotated queries), ``tolerance`` (:func:`.cases.tolerance`), ``ratio`` — and
 ``worst_ratio`` (None when the engine refused every call); a call the engine refuses
 (a position past the table it serves) has ``status`` "refused" and ``why`` instead of
-the numbers; for "unsupported" the engine's code that shows it (``code``) and why;
-``engine_versions`` and ``device`` as the runner reports them; ``provenance``.
+the numbers; where the worst ratio passes 1, ``hypotheses``: the worst ratio to each
+of :func:`.cases.hypotheses` (what the engine might compute instead); for
+"unsupported" the engine's code that shows it (``code``) and why; ``engine_versions`` and ``device`` as the runner reports them; ``provenance``.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ class Engine:
     unsupported: dict
     #: "rope": the engine's rotary code called with the case's parameters; "model":
     #: the rope the engine's model file builds from the case's config.json as
-    #: transformers 5.23 saves it (:func:`.cases.saved_config`).
+    #: transformers 5.23 saves it (:func:`.cases.saved_config`); "released": the same
+    #: from the config.json as released (:func:`.cases.released_config`).
     route: str = "rope"
     venv: str | None = None
 
@@ -97,6 +99,10 @@ ENGINES = {
                         {"mrope": _MLX_MROPE, "mrope-interleaved": _MLX_MROPE,
                          "interleaved": _HF_LAYOUT},
                         route="model", venv="mlx"),
+    "mlx-released": Engine("mlx-released", "mlx_runner.py", "requirements-mlx.txt",
+                           {"mrope": _MLX_MROPE, "mrope-interleaved": _MLX_MROPE,
+                            "interleaved": _HF_LAYOUT},
+                           route="released", venv="mlx"),
 }
 
 
@@ -124,7 +130,9 @@ def _request(engine: Engine, rows: list[C.Case], folder: Path) -> dict:
         config = C.saved_config(c)
         model = {"model_type": config["model_type"], "config": config,
                  "layer_idx": C.layer_index(c, config)}
-        out.append({"name": c.name, "model": model if engine.route == "model" else None,
+        if engine.route == "released":
+            model = {**model, "config": C.released_config(c)}
+        out.append({"name": c.name, "model": None if engine.route == "rope" else model,
                     "saved": model, "layer_type": c.layer_type,
                     "dims": c.rotary_dim, "head_dim": c.head_dim,
                     "base": float(c.rope_parameters["rope_theta"]),
@@ -167,7 +175,7 @@ def run_engine(
         refused = about.get("refused", {})
         records = []
         for c in rows:
-            entries = []
+            entries, outputs = [], []
             for k, ((schedule, offset, tokens), x) in enumerate(zip(C.calls(c),
                                                                     C.inputs(c))):
                 if f"{c.name}/{k}" in refused:
@@ -179,8 +187,23 @@ def run_engine(
                 ours = C.reference(c, x, offset)
                 entries.append(_entry(schedule, offset, tokens, [(theirs, ours)],
                                       C.tolerance(c, x, offset)))
-            records.append(_compared(engine, c, about, "rotated q", entries))
+                outputs.append((x, offset, theirs))
+            record = _compared(engine, c, about, "rotated q", entries)
+            if (record["worst_ratio"] or 0) > 1:
+                record["hypotheses"] = _hypotheses(c, outputs)
+            records.append(record)
     return records
+
+
+def _hypotheses(c: C.Case, outputs: list) -> dict:
+    """The worst ratio of the engine's outputs to each of :func:`.cases.hypotheses`
+    (≤ 1: the engine computes that instead of the row's rotation)."""
+    out = {}
+    for name, rotate in C.hypotheses(c).items():
+        ratios = [float((cpu_float64(theirs) - cpu_float64(rotate(x, m))).abs().max())
+                  / C.tolerance(c, x, m) for x, m, theirs in outputs]
+        out[name] = max(ratios)
+    return out
 
 
 def _entry(schedule, offset, tokens, pairs, tol) -> dict:
@@ -295,8 +318,8 @@ def summary(records: list[dict]) -> str:
             lines.append(f"{r['engine']:>12} {r['case']:<18} unsupported")
         else:
             worst = r["worst_ratio"]
-            lines.append(f"{r['engine']:>12} {r['case']:<18} worst ratio "
-                         + ("(every call refused)" if worst is None else f"{worst:.3g}"))
+            shown = "(every call refused)" if worst is None else f"{worst:.3g}"
+            lines.append(f"{r['engine']:>12} {r['case']:<18} worst ratio {shown}")
     return "\n".join(lines)
 
 
