@@ -175,7 +175,7 @@ study-verify: $(STAMP)
 # `make test` verify that the stored records cover the matrix (engines-verify, no engine needed;
 # tests/test_engines.py checks them against the matrix too); `make engines-check` reruns a sample
 # from scratch in the engines' environments.
-ENGINES := mlx
+ENGINES := mlx llamacpp
 ENGINE_VENVS := $(foreach e,$(ENGINES),.venv-engines/$(e)/.installed)
 
 .venv-engines/%/.installed: src/posenc/experiments/engines/requirements-%.txt
@@ -183,7 +183,20 @@ ENGINE_VENVS := $(foreach e,$(ENGINES),.venv-engines/$(e)/.installed)
 	.venv-engines/$*/bin/python -m pip install --quiet --disable-pip-version-check -r $<
 	touch $@
 
-engines-env: $(ENGINE_VENVS)
+# llama.cpp's converter (convert_hf_to_gguf.py, its conversion/ package and gguf-py) is in the
+# llama-cpp-python sdist, not in the wheel: unpacked beside the environment, where the runner
+# (llamacpp_runner.py, SOURCE) looks for it.
+LLAMACPP_SDIST := llama_cpp_python-0.3.36
+LLAMACPP_SRC := .venv-engines/llamacpp/sdist/$(LLAMACPP_SDIST)/vendor/llama.cpp
+$(LLAMACPP_SRC)/convert_hf_to_gguf.py: .venv-engines/llamacpp/.installed
+	.venv-engines/llamacpp/bin/python -m pip download --quiet --disable-pip-version-check \
+	  --no-deps --no-binary llama-cpp-python llama-cpp-python==0.3.36 -d .venv-engines/llamacpp/sdist
+	tar -xzf .venv-engines/llamacpp/sdist/$(LLAMACPP_SDIST).tar.gz -C .venv-engines/llamacpp/sdist \
+	  $(LLAMACPP_SDIST)/vendor/llama.cpp/convert_hf_to_gguf.py \
+	  $(LLAMACPP_SDIST)/vendor/llama.cpp/conversion $(LLAMACPP_SDIST)/vendor/llama.cpp/gguf-py
+	touch $@
+
+engines-env: $(ENGINE_VENVS) $(LLAMACPP_SRC)/convert_hf_to_gguf.py
 
 engines: $(STAMP) engines-env
 	$(BIN)/python -m posenc.experiments.engines.tier

@@ -213,3 +213,38 @@ def test_the_hypotheses_are_the_rotations_they_name():
     assert not torch.allclose(h["whole head, unscaled"](x, offset)[..., tail], x[..., tail])
     assert set(C.hypotheses(C.case("default"))) == {"unscaled, base 10,000"}
     assert "truncated" in C.hypotheses(C.case("yarn-gpt-oss"))
+
+
+def test_every_difference_is_explained_by_one_finding_that_the_numbers_bear_out():
+    """The page's causes are held to the stored records: each finding names cells that
+    differ, what it says the engine computes instead is within the tolerance there (or
+    it says none of the hypotheses matches, and none does), and every cell that differs
+    has exactly one finding."""
+    from posenc.experiments.engines import findings as F
+
+    records = {(r["engine"], r["case"]): r for r in tier.stored()}
+    for f in F.FINDINGS:
+        assert f.engine in tier.ENGINES and f.kind in ("deliberate", "bug", "not read")
+        assert f.code and f.explanation and f.advice and f.title
+        assert "`" not in f.code, "the page sets the code reference in backticks"
+        for name in f.cases:
+            r = records[(f.engine, name)]
+            assert r["status"] == "compared" and r["worst_ratio"] > 1, (f.engine, name)
+            ratios = r["hypotheses"]
+            if f.computes is None:
+                assert min(ratios.values(), default=2) > 1, (f.engine, name, ratios)
+            else:
+                assert ratios[f.computes] <= 1, (f.engine, name, f.computes, ratios)
+    for (engine, name), r in records.items():
+        differs = r["status"] == "compared" and (r["worst_ratio"] or 0) > 1
+        assert len(F.explaining(engine, name)) == (1 if differs else 0), (engine, name)
+    with pytest.raises(KeyError, match="the tier has"):
+        F.findings("sglang")
+
+
+def test_the_page_has_words_for_every_column_and_hypothesis():
+    from posenc.experiments.engines import findings as F
+
+    assert set(tier.ENGINES) <= set(F.COLUMNS)
+    named = {name for c in C.CASES for name in C.hypotheses(c)}
+    assert named == set(F.COMPUTES)

@@ -281,6 +281,13 @@ def _rotate(c: Case, x: torch.Tensor, offset: int, params: dict, *,
 FALLBACK_THETA = 10000.0
 
 
+def _sequence_end(c: Case, offset: int) -> int:
+    """The length the schedule of the call at ``offset`` reaches (its last call's last
+    position + 1)."""
+    schedule = next(name for name, start, _ in calls(c) if start == offset)
+    return max(start + tokens for name, start, tokens in calls(c) if name == schedule)
+
+
 def _plain(c: Case, *, whole_head: bool = False, theta: float | None = None) -> dict:
     params = {"rope_type": "default",
               "rope_theta": theta or c.rope_parameters["rope_theta"]}
@@ -300,6 +307,9 @@ def hypotheses(c: Case) -> dict:
       rotates a fraction (``partial_rotary_factor`` ignored);
     * ``"long factors throughout"``: LongRoPE's long factors at every position (MLX's
       ``SuScaledRoPE``), where transformers uses the short ones inside L;
+    * ``"one factor set per sequence"``: LongRoPE's factors chosen once for the whole
+      sequence (its schedule), by the length it reaches (llama.cpp chooses them by the
+      context size), where transformers chooses them per forward call;
     * ``"truncated"``: YaRN with ``truncate: true`` (the correction range rounded to
       whole pairs), where the row says ``false`` (gpt-oss);
     * ``"unscaled, base 10,000"`` and ``"whole head, base 10,000"``: the same at
@@ -315,9 +325,11 @@ def hypotheses(c: Case) -> dict:
         out["whole head, unscaled"] = lambda x, m: _rotate(
             c, x, m, _plain(c, whole_head=True))
     if params["rope_type"] == "longrope":
+        rule = {k: v for k, v in params.items() if k not in MROPE_KEYS}
         out["long factors throughout"] = lambda x, m: _rotate(
-            c, x, m, {k: v for k, v in params.items() if k not in MROPE_KEYS},
-            seq_len=max(m + x.shape[-2], c.original_length + 1))
+            c, x, m, rule, seq_len=max(m + x.shape[-2], c.original_length + 1))
+        out["one factor set per sequence"] = lambda x, m: _rotate(
+            c, x, m, rule, seq_len=_sequence_end(c, m))
     if params.get("truncate") is False:
         out["truncated"] = lambda x, m: _rotate(c, x, m, {**params, "truncate": True})
     if float(params["rope_theta"]) != FALLBACK_THETA:

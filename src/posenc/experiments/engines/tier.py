@@ -13,7 +13,8 @@ the call's rotated queries), ``tolerance`` (:func:`.cases.tolerance`), ``ratio``
 (a position past the table it serves) has ``status`` "refused" and ``why`` instead of
 the numbers; where the worst ratio passes 1, ``hypotheses``: the worst ratio to each
 of :func:`.cases.hypotheses` (what the engine might compute instead); for
-"unsupported" the engine's code that shows it (``code``) and why; ``engine_versions`` and ``device`` as the runner reports them; ``provenance``.
+"unsupported" the engine's code that shows it (``code``) and why; ``engine_versions``
+and ``device`` as the runner reports them; ``provenance``.
 """
 
 from __future__ import annotations
@@ -93,6 +94,8 @@ _HF_LAYOUT = (
 
 ENGINES = {
     "transformers": Engine("transformers", None, None, {}),
+    "llamacpp": Engine("llamacpp", "llamacpp_runner.py", "requirements-llamacpp.txt",
+                       {}),
     "mlx": Engine("mlx", "mlx_runner.py", "requirements-mlx.txt",
                   {"mrope": _MLX_MROPE, "mrope-interleaved": _MLX_MROPE}),
     "mlx-model": Engine("mlx-model", "mlx_runner.py", "requirements-mlx.txt",

