@@ -248,3 +248,28 @@ def test_the_page_has_words_for_every_column_and_hypothesis():
     assert set(tier.ENGINES) <= set(F.COLUMNS)
     named = {name for c in C.CASES for name in C.hypotheses(c)}
     assert named == set(F.COMPUTES)
+
+
+def test_the_cheat_sheet_links_the_page_from_each_symptom_a_finding_explains():
+    import re
+    from pathlib import Path
+
+    from posenc.experiments.engines import findings as F
+
+    page = (Path(__file__).parents[1] / "book" / "cheatsheet.md").read_text()
+    sections = {m.group(1): m.group(2) for m in re.finditer(
+        r"^\((cs-[\w-]+)\)=\n(.*?)(?=^\(cs-|\Z)", page, flags=re.M | re.S)}
+    assert "{doc}`engines`" in sections["cs-engines"]
+    for f in F.FINDINGS:
+        assert f.symptom in sections, (f.engine, f.cases, f.symptom)
+        assert "{ref}`engines-differences`" in sections[f.symptom], f.symptom
+    # the causes the cheat-sheet names are the findings' (and so the stored numbers')
+    named = {("llamacpp", "dynamic"): "unscaled", ("llamacpp", "yarn-gpt-oss"): "truncated",
+             ("llamacpp", "longrope"): "one factor set per sequence",
+             ("mlx", "longrope"): "long factors throughout",
+             ("mlx-model", "llama3"): "unscaled, base 10,000",
+             ("mlx-model", "gemma3-full"): "unscaled",
+             ("mlx-released", "partial"): "whole head, unscaled",
+             ("llamacpp", "partial"): "unscaled, base 10,000"}
+    for (engine, case), computes in named.items():
+        assert [f.computes for f in F.explaining(engine, case)] == [computes]

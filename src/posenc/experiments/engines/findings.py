@@ -34,7 +34,8 @@ class Finding:
         explanation: what happens, in words.
         advice: what a practitioner should do.
         link: the engine's issue or pull request, when one exists.
-        symptom: the cheat-sheet's symptom it explains, when there is one.
+        symptom: the label of the cheat-sheet's entry whose symptom it explains (that
+            entry links the page); every finding is also listed from ``cs-engines``.
     """
 
     engine: str
@@ -46,7 +47,7 @@ class Finding:
     explanation: str
     advice: str
     link: str = ""
-    symptom: str = ""
+    symptom: str = "cs-engines"
 
 
 #: Each column of the matrix: its label on the page, and what it runs.
@@ -103,7 +104,7 @@ FINDINGS: tuple[Finding, ...] = (
         "has (YaRN, or linear with the same factor) when converting, and expect the "
         "model to behave differently from transformers there.",
         "https://github.com/ggml-org/llama.cpp/issues/8361",
-        "Model fine inside its context, fails past it in one engine",
+        "cs-engines",
     ),
     Finding(
         "llamacpp", ("yarn-gpt-oss",), "truncated",
@@ -131,7 +132,7 @@ FINDINGS: tuple[Finding, ...] = (
         "differently from transformers. Transformers' mixed cache (short-factor keys, "
         "long-factor queries) is the odd one out; llama.cpp's choice avoids it.",
         "https://github.com/ggml-org/llama.cpp/pull/7225",
-        "LongRoPE model differs between engines on short prompts",
+        "cs-dynamic-cache",
     ),
     Finding(
         "llamacpp", ("partial",), "unscaled, base 10,000",
@@ -146,7 +147,7 @@ FINDINGS: tuple[Finding, ...] = (
         "the GGUF's `rope.freq_base` after converting and set `--rope-freq-base` when "
         "it is 10,000.",
         "https://github.com/ggml-org/llama.cpp/issues/11263",
-        "Partial-rotary model wrong in one engine",
+        "cs-partial",
     ),
     Finding(
         "mlx", ("longrope",), "long factors throughout",
@@ -158,7 +159,7 @@ FINDINGS: tuple[Finding, ...] = (
         "Expect MLX to differ from transformers inside the original context. Compare "
         "against transformers only on prompts longer than it.",
         "https://github.com/ml-explore/mlx-lm/pull/707",
-        "LongRoPE model differs between engines on short prompts",
+        "cs-dynamic-cache",
     ),
     Finding(
         "mlx", ("yarn-gpt-oss",), "truncated",
@@ -178,7 +179,7 @@ FINDINGS: tuple[Finding, ...] = (
         "Phi-3.5's model file builds the same SuScaledRoPE as above.",
         "Compare with transformers only on prompts longer than the original context.",
         "https://github.com/ml-explore/mlx-lm/pull/707",
-        "LongRoPE model differs between engines on short prompts",
+        "cs-dynamic-cache",
     ),
     Finding(
         "mlx-released", ("partial",), "whole head, unscaled",
@@ -190,7 +191,7 @@ FINDINGS: tuple[Finding, ...] = (
         "Check which model file your checkpoint's `model_type` selects; mlx-lm's "
         "`glm4` file reads `partial_rotary_factor`, its `glm` file does not.",
         "https://github.com/ml-explore/mlx-lm/pull/1698",
-        "Partial-rotary model wrong in one engine",
+        "cs-partial",
     ),
     Finding(
         "mlx-released", ("yarn-gpt-oss",), "truncated",
@@ -211,7 +212,7 @@ FINDINGS: tuple[Finding, ...] = (
         "position, and no scaling past the original context.",
         _V5_ADVICE,
         "https://github.com/ml-explore/mlx-lm/pull/953",
-        "Model fine inside its context in transformers, wrong everywhere in MLX",
+        "cs-v4-v5",
     ),
     Finding(
         "mlx-model", ("partial",), "whole head, base 10,000",
@@ -221,7 +222,7 @@ FINDINGS: tuple[Finding, ...] = (
         _V5_CONFIG + ". GLM's model file also rotates the whole head (above).",
         _V5_ADVICE,
         "https://github.com/ml-explore/mlx-lm/pull/953",
-        "Partial-rotary model wrong in one engine",
+        "cs-partial",
     ),
     Finding(
         "mlx-model", ("longrope", "yarn-deepseek", "yarn-gpt-oss", "gemma3-full"),
@@ -233,7 +234,7 @@ FINDINGS: tuple[Finding, ...] = (
         "unscaled past it.",
         _V5_ADVICE,
         "https://github.com/ml-explore/mlx-lm/pull/953",
-        "Model fine inside its context, fails past it in one engine",
+        "cs-v4-v5",
     ),
 )
 
