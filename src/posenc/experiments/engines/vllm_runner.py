@@ -112,7 +112,7 @@ def model_rope(case: dict):
       ``attention_factor`` is 1.0), ``get_rope(qk_rope_head_dim,
       max_position_embeddings, is_neox_style=False)``; the query's rope slice is fed
       as (T, H, qk_rope_head_dim) (``layers/mla.py:227-229``); the softmax scale's
-      ``yarn_get_mscale(factor, mscale_all_dim)²`` (1131-1137) is outside the rope;
+      ``yarn_get_mscale(factor, mscale_all_dim)²`` (1129-1136) is outside the rope;
     * gpt_oss: ``models/gpt_oss.py:110-125``: a yarn dict of its own (base, factor,
       original length, beta_fast, beta_slow, ``truncate`` default True),
       ``dtype=torch.float32``;
