@@ -36,7 +36,8 @@ def test_the_matrix_has_the_rows_the_issue_lists():
 def test_each_row_has_three_schedules_placed_against_its_original_context(c):
     length = c.original_length
     plan = C.calls(c)
-    assert [s for s, _, _ in plan] == ["inside", "far", "kv", "kv", "kv", "kv"]
+    image = ["image"] * 3 if c.mrope_section else []  # M-RoPE: text, image, text
+    assert [s for s, _, _ in plan] == ["inside", "far", "kv", "kv", "kv", "kv", *image]
     inside, far = plan[0][1], plan[1][1]
     assert inside + C.TOKENS <= length < far
     # the KV cache: the prefill ends before L, the decode steps cross it one by one
@@ -48,6 +49,28 @@ def test_each_row_has_three_schedules_placed_against_its_original_context(c):
         y = C.reference(c, x, offset)
         assert y.shape == x.shape and torch.isfinite(y).all()
         assert C.tolerance(c, x, offset) > 0
+
+
+@pytest.mark.parametrize("name", ["mrope", "mrope-interleaved"])
+def test_m_rope_rows_rotate_an_image_by_its_three_axes(name):
+    """The image schedule's prefill has ids that differ between the axes (a text run, an
+    image of 3 x 4 patches, a text run), continuing from the largest id; its reference
+    is posenc's M-RoPE, which differs from rotating the temporal ids alone, and its
+    (cos, sin) match transformers' own module within the tolerance."""
+    c = C.case(name)
+    plan = [call for call in C.calls(c) if call[0] == "image"]
+    (_, start, tokens), (_, after, one), _ = plan
+    ids = C.positions(c, start, tokens)
+    assert ids.shape == (3, tokens) and not torch.equal(ids[1], ids[2])
+    assert after == int(ids.max()) + 1 and one == 1
+    k = C.calls(c).index(plan[0])
+    x = C.inputs(c)[k]
+    temporal = C.apply_rope(x, ids[0], inv_freq=C._frequencies(c, after)[0])
+    ours = C.reference(c, x, start)
+    assert (ours - temporal).abs().max() > 100 * C.tolerance(c, x, start)
+    theirs = C.transformers_cos_sin(C.transformers_rotary(c), c, x, start)
+    for a, b in zip(theirs, C.reference_cos_sin(c, x, start)):
+        assert (a - b).abs().max() <= C.cos_sin_tolerance(c, x, start)
 
 
 def test_a_row_whose_settings_change_gets_another_key():

@@ -43,6 +43,7 @@ from ...card.read import text_part
 from ...open_models.config import model_rotary_embedding
 from ...open_models.released_configs import released_configs
 from ...rope import apply_rope, rope_cos_sin
+from ...rope_nd import apply_mrope, mrope_axis_of_pair, mrope_positions
 from ...rope_config import rope_inv_freq_from_config
 from ...utils import cpu_float64
 
@@ -54,6 +55,10 @@ SEED = 0
 #: One float32 unit in the last place, relative: 2⁻²⁴.
 EPS32 = 2.0**-24
 SCHEDULES = ("inside", "far", "kv")
+#: M-RoPE rows' fourth schedule, "image": a prompt of 4 text tokens, an image of
+#: 3 × 4 merged patches and 4 text tokens (:func:`posenc.rope_nd.mrope_positions`), its
+#: ids from 0, then two text tokens decoded at the next ids (largest id + 1, + 2).
+IMAGE = (4, (1, 3, 4), 4)
 #: M-RoPE's keys: how the pairs are split between the position axes, which text
 #: positions (equal on every axis) do not exercise.
 MROPE_KEYS = ("mrope_section", "mrope_interleaved")
@@ -196,9 +201,10 @@ def case(name: str) -> Case:
 
 
 def calls(c: Case) -> list[tuple[str, int, int]]:
-    """The forward calls of the three schedules, in order, as ``[(schedule, offset,
-    tokens), ...]``: a call covers positions offset … offset + tokens − 1
-    (:data:`TOKENS`, one for a decode step)."""
+    """The forward calls of the schedules, in order, as ``[(schedule, offset, tokens),
+    ...]``: a call covers positions offset … offset + tokens − 1 (:data:`TOKENS`, one
+    for a decode step), except the M-RoPE rows' image prefill, whose (3, T) ids start
+    at offset (:func:`positions`)."""
     length = c.original_length
     plan = {
         "inside": [length // 2],
@@ -209,7 +215,29 @@ def calls(c: Case) -> list[tuple[str, int, int]]:
     for name in SCHEDULES:
         for k, offset in enumerate(plan[name]):
             out.append((name, offset, TOKENS if name != "kv" or k == 0 else 1))
+    if c.mrope_section:
+        ids = mrope_positions(IMAGE)
+        start = 0  # a prompt that opens with text, then the image
+        after = start + int(ids.max()) + 1
+        out += [("image", start, ids.shape[-1]), ("image", after, 1),
+                ("image", after + 1, 1)]
     return out
+
+
+def positions(c: Case, offset: int, tokens: int) -> torch.Tensor:
+    """The ids of the call at ``offset``: (tokens,) int64 offset … offset + tokens − 1;
+    for an M-RoPE row (3, tokens), rows (temporal, height, width), equal for text and
+    :data:`IMAGE`'s ids from offset for the image prefill."""
+    if not c.mrope_section:
+        return torch.arange(offset, offset + tokens)
+    if ("image", offset, tokens) in calls(c) and tokens > 1:
+        return mrope_positions(IMAGE) + offset
+    return torch.arange(offset, offset + tokens).expand(3, tokens).clone()
+
+
+def _last(c: Case, x: torch.Tensor, offset: int) -> int:
+    """The largest id of the call (its length ℓ is this + 1)."""
+    return int(positions(c, offset, x.shape[-2]).max())
 
 
 def inputs(c: Case) -> list[torch.Tensor]:
@@ -232,21 +260,40 @@ def _frequencies(c: Case, seq_len: int) -> tuple[torch.Tensor, float]:
     )
 
 
+def _angles(c: Case, ids: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+    """(T, r/2) float32 angles: each pair's id (M-RoPE: the id of the axis the pair
+    reads, :func:`posenc.rope_nd.mrope_axis_of_pair`) times its frequency."""
+    if ids.dim() == 1:
+        return ids.float()[:, None] * inv_freq
+    axis = mrope_axis_of_pair(c.mrope_section, c.head_dim,
+                              mrope_interleaved=bool(c.rope_parameters.get(
+                                  "mrope_interleaved", False)))
+    return ids.float()[torch.tensor(axis)].T * inv_freq
+
+
 def reference(c: Case, x: torch.Tensor, offset: int) -> torch.Tensor:
-    """posenc's rotation of one call: x (1, H, T, head_dim) at positions offset …
-    offset + T − 1, its frequencies from the call's length ℓ = offset + T (dynamic
-    and LongRoPE as transformers computes them per forward call), float32."""
-    positions = torch.arange(offset, offset + x.shape[-2])
-    inv_freq, attention_factor = _frequencies(c, offset + x.shape[-2])
-    return apply_rope(x, positions, inv_freq=inv_freq, layout=c.layout,
-                      attention_factor=attention_factor)
+    """posenc's rotation of one call: x (1, H, T, head_dim) at the call's ids
+    (:func:`positions`), its frequencies from the call's length ℓ = largest id + 1
+    (dynamic and LongRoPE as transformers computes them per forward call), float32.
+    An M-RoPE image call is :func:`posenc.rope_nd.apply_mrope` (the M-RoPE rows use
+    the default frequencies)."""
+    ids = positions(c, offset, x.shape[-2])
+    inv_freq, attention_factor = _frequencies(c, _last(c, x, offset) + 1)
+    if ids.dim() == 2 and not torch.equal(ids[0], ids[1]):
+        assert c.rope_parameters["rope_type"] == "default", c.name
+        return apply_mrope(x, ids, c.mrope_section,
+                           base=float(c.rope_parameters["rope_theta"]),
+                           mrope_interleaved=bool(c.rope_parameters.get(
+                               "mrope_interleaved", False)))
+    return apply_rope(x, ids[0] if ids.dim() == 2 else ids, inv_freq=inv_freq,
+                      layout=c.layout, attention_factor=attention_factor)
 
 
 def _angle_rounding(c: Case, x: torch.Tensor, offset: int) -> tuple[float, float]:
     """(4·2⁻²⁴·(m·θ_max + 1), attention factor) of one call: m its last position,
     θ_max the largest frequency it uses."""
-    inv_freq, attention_factor = _frequencies(c, offset + x.shape[-2])
-    m = offset + x.shape[-2] - 1
+    m = _last(c, x, offset)
+    inv_freq, attention_factor = _frequencies(c, m + 1)
     return 4 * EPS32 * (m * float(inv_freq.max()) + 1), attention_factor
 
 
@@ -402,16 +449,15 @@ def layer_index(c: Case, config: dict) -> int:
 def transformers_cos_sin(rotary, c: Case, x: torch.Tensor, offset: int):
     """(cos, sin), float32 (T, rotary_dim), of one forward call of ``rotary``
     (:func:`transformers_rotary`; called in the schedule's order, so its dynamic and
-    LongRoPE state carries over as in generation). M-RoPE gets text positions, equal
-    on its three axes."""
-    tokens = x.shape[-2]
-    position_ids = torch.arange(offset, offset + tokens)[None]
-    if c.mrope_section:
-        position_ids = position_ids.expand(3, 1, tokens)
+    LongRoPE state carries over as in generation), at the call's ids
+    (:func:`positions`: M-RoPE's (3, 1, T), its module recomposing the axes' tables)."""
+    ids = positions(c, offset, x.shape[-2])
+    position_ids = ids[:, None] if ids.dim() == 2 else ids[None]
     kwargs = {} if c.layer_type == "*" else {"layer_type": c.layer_type}
     cos, sin = rotary(x, position_ids, **kwargs)
-    if cos.dim() == 4:  # (3, B, T, r): one table per axis, equal for text
-        cos, sin = cos[0], sin[0]
+    if cos.dim() == 4:  # (3, B, T, r): one table per axis (older M-RoPE modules)
+        raise ValueError(f"case {c.name!r}: the rotary module returned one table per "
+                         "axis; the tier compares the recomposed (B, T, r) table")
     cos, sin = cos[0].float(), sin[0].float()
     if cos.shape[-1] == c.rotary_dim // 2:  # gpt-oss keeps one angle per pair
         cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
@@ -420,10 +466,14 @@ def transformers_cos_sin(rotary, c: Case, x: torch.Tensor, offset: int):
 
 def reference_cos_sin(c: Case, x: torch.Tensor, offset: int):
     """posenc's (cos, sin), float32 (T, rotary_dim), in transformers' half layout, of
-    the call :func:`reference` rotates with."""
-    inv_freq, attention_factor = _frequencies(c, offset + x.shape[-2])
-    positions = torch.arange(offset, offset + x.shape[-2])
-    return rope_cos_sin(positions, inv_freq, attention_factor=attention_factor)
+    the call :func:`reference` rotates with (M-RoPE: each pair at its axis's id)."""
+    inv_freq, attention_factor = _frequencies(c, _last(c, x, offset) + 1)
+    ids = positions(c, offset, x.shape[-2])
+    if ids.dim() == 1:
+        return rope_cos_sin(ids, inv_freq, attention_factor=attention_factor)
+    angles = _angles(c, ids, inv_freq)
+    cos, sin = angles.cos() * attention_factor, angles.sin() * attention_factor
+    return torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
 
 
 def cos_sin_tolerance(c: Case, x: torch.Tensor, offset: int) -> float:

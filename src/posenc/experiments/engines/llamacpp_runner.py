@@ -308,7 +308,8 @@ class Ggml:
         ctypes.memmove(self.base.ggml_get_data(tensor), array.ctypes.data, array.nbytes)
 
     def rope(self, x: np.ndarray, positions: np.ndarray, p: dict) -> np.ndarray:
-        """x (T, H, D) float32 (ne0 = D fastest) at ``positions`` (T,) → rotated."""
+        """x (T, H, D) float32 (ne0 = D fastest) at ``positions`` (T,), or for M-RoPE
+        (3, T) rows t, h, w (the fourth row, e, is 0) → rotated."""
         tokens, heads, dim = x.shape
         b = self.base
         ctx = b.ggml_init(_InitParams(64 * 2**20, None, False))
@@ -319,8 +320,9 @@ class Ggml:
             self._fill(a, x.astype(np.float32))
             rows = 4 if p["sections"] is not None else 1
             pos = b.ggml_new_tensor_1d(ctx, self.I32, rows * tokens)
-            pos_rows = [positions] * min(rows, 3) + [np.zeros_like(positions)] * (
-                rows == 4)
+            axes = positions.reshape(-1, tokens)  # (1, T) or (3, T)
+            pos_rows = (list(axes) * 3)[:3] if rows == 4 else [axes[0]]
+            pos_rows += [np.zeros(tokens, dtype=axes.dtype)] * (rows == 4)
             self._fill(pos, np.concatenate(pos_rows).astype(np.int32))
             factors = None
             if p["factors"] is not None:
@@ -352,12 +354,20 @@ def pair_order(dim: int) -> np.ndarray:
     return np.arange(dim).reshape(2, dim // 2).T.reshape(-1)
 
 
+def call_positions(call: list) -> np.ndarray:
+    """A request call's ids: its (3, T) file for an M-RoPE call, else offset … offset
+    + T − 1."""
+    offset, source = call[0], call[1]
+    if len(call) > 3 and call[3] is not None:
+        return np.load(call[3])
+    return np.arange(offset, offset + np.load(source, mmap_mode="r").shape[-2])
+
+
 def contexts(calls: list) -> list[int]:
     """n_ctx per call: one cache sequence is a run of calls, each starting where the
     last ended; its context holds the last position it reaches."""
     out, start = [], 0
-    ends = [offset + np.load(source, mmap_mode="r").shape[-2]
-            for offset, source, _ in calls]
+    ends = [int(call_positions(call).max()) + 1 for call in calls]
     for k in range(1, len(calls) + 1):
         if k == len(calls) or calls[k][0] != ends[k - 1]:
             out += [ends[k - 1]] * (k - start)
@@ -372,8 +382,8 @@ def main(request_path):
         saved = case["saved"]
         arch, keys, tensors = gguf_keys(saved["config"])
         seen = []
-        for (offset, source, target), n_ctx in zip(case["calls"],
-                                                   contexts(case["calls"])):
+        for call, n_ctx in zip(case["calls"], contexts(case["calls"])):
+            offset, source, target = call[:3]
             p = engine_parameters(arch, keys, tensors, saved["layer_idx"], n_ctx)
             x = np.load(source)[0].transpose(1, 0, 2)  # (T, H, D)
             dim = x.shape[-1]
@@ -381,8 +391,7 @@ def main(request_path):
             order = pair_order(dim)
             if permute:
                 x = x[..., order]
-            positions = np.arange(offset, offset + x.shape[0])
-            y = ggml.rope(x, positions, p)
+            y = ggml.rope(x, call_positions(call), p)
             if permute:
                 y = y[..., np.argsort(order)]
             np.save(target, y.transpose(1, 0, 2)[None])

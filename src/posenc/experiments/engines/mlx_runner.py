@@ -70,7 +70,7 @@ def main(request_path):
                 case["dims"], case["base"], case["traditional"],
                 case["scaling_config"], case["max_position_embeddings"],
             )
-        for offset, source, target in case["calls"]:
+        for offset, source, target, *_ in case["calls"]:
             x = mx.array(np.load(source))
             y = rope(x, offset=offset)
             np.save(target, np.asarray(y.astype(mx.float32)))

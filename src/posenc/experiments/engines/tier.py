@@ -125,11 +125,16 @@ def _request(engine: Engine, rows: list[C.Case], folder: Path) -> dict:
     out = []
     for c in rows:
         calls = []
-        for k, ((_, offset, _), x) in enumerate(zip(C.calls(c), C.inputs(c))):
+        for k, ((_, offset, tokens), x) in enumerate(zip(C.calls(c), C.inputs(c))):
             source = folder / f"{c.name}-{k}-in.npy"
             target = folder / f"{c.name}-{k}-out.npy"
             np.save(source, x.numpy())
-            calls.append([offset, str(source), str(target)])
+            ids = C.positions(c, offset, tokens)
+            where = None
+            if ids.dim() == 2:  # M-RoPE: (3, T) ids, rows temporal, height, width
+                where = folder / f"{c.name}-{k}-positions.npy"
+                np.save(where, ids.numpy())
+            calls.append([offset, str(source), str(target), where and str(where)])
         config = C.saved_config(c)
         model = {"model_type": config["model_type"], "config": config,
                  "layer_idx": C.layer_index(c, config)}
