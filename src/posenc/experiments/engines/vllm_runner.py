@@ -6,11 +6,12 @@ Usage: ``python vllm_runner.py REQUEST.json``, the request as
 :func:`posenc.experiments.engines.tier.run_engine` writes it: ``{"cases": [{"name",
 "saved": {"model_type", "config", "layer_idx"}, "head_dim", "traditional",
 "rope_parameters", "max_position_embeddings", "calls": [[offset, "in.npy",
-"out.npy"], ...]}, ...]}``; a call may carry a fourth item, the path of an integer
-.npy of its positions, (T,) or M-RoPE's (3, T) (time, height, width), in place of
-offset … offset + T − 1; a case may carry ``"max_model_len"``, the engine's serving
-length (LongRoPE reads it; by default the one vLLM's ``ModelConfig`` derives from the
-saved config.json).
+"out.npy", positions], ...]}, ...]}``; ``positions`` (optional, or None) is the path
+of an integer .npy of the call's position ids, (T,) or M-RoPE's (3, T) (temporal,
+height, width), in place of offset … offset + T − 1 (M-RoPE's ``MRotaryEmbedding``
+takes (3, T), ``mrope.py:376-437``); a case may carry ``"max_model_len"``, the
+engine's serving length (LongRoPE reads it; by default the one vLLM's ``ModelConfig``
+derives from the saved config.json).
 
 Each case builds one rope module as the vLLM model file of its ``model_type`` builds
 its attention's, with ``get_rope(head_size, max_position, is_neox_style,
@@ -212,7 +213,7 @@ def run_case(case: dict, refused: dict) -> dict:
         offset, src, target = call[:3]
         x = np.load(src)
         tokens, heads, head_dim = x.shape[2], x.shape[1], x.shape[3]
-        if len(call) > 3:
+        if len(call) > 3 and call[3] is not None:
             positions = torch.from_numpy(np.load(call[3])).long()
         else:
             positions = torch.arange(offset, offset + tokens)
