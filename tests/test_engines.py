@@ -246,12 +246,20 @@ def test_every_difference_is_explained_by_one_finding_that_the_numbers_bear_out(
     from posenc.experiments.engines import findings as F
 
     records = {(r["engine"], r["case"]): r for r in tier.stored()}
+
+    def refused(r):
+        return any(e.get("status") == "refused" for e in r.get("calls", []))
+
     for f in F.FINDINGS:
         assert f.engine in tier.ENGINES and f.kind in ("deliberate", "bug", "not read")
         assert f.code and f.explanation and f.advice and f.title
         assert "`" not in f.code, "the page sets the code reference in backticks"
+        assert f.about in ("differs", "refused")
         for name in f.cases:
             r = records[(f.engine, name)]
+            if f.about == "refused":  # it agrees wherever it serves
+                assert refused(r) and r["worst_ratio"] <= 1, (f.engine, name)
+                continue
             assert r["status"] == "compared" and r["worst_ratio"] > 1, (f.engine, name)
             ratios = r["hypotheses"]
             if f.computes is None:
@@ -260,7 +268,17 @@ def test_every_difference_is_explained_by_one_finding_that_the_numbers_bear_out(
                 assert ratios[f.computes] <= 1, (f.engine, name, f.computes, ratios)
     for (engine, name), r in records.items():
         differs = r["status"] == "compared" and (r["worst_ratio"] or 0) > 1
-        assert len(F.explaining(engine, name)) == (1 if differs else 0), (engine, name)
+        found = F.explaining(engine, name)
+        assert [f.about for f in found] == ["differs"] * differs + ["refused"] * refused(r)
+    # vLLM: the table holds every position the engine serves, except for dynamic NTK,
+    # and LongRoPE is served at its original context
+    for name in F.explaining("vllm", "default")[0].cases:
+        report = records[("vllm", name)]["engine_report"]
+        assert report["max_model_len"] <= report["table_rows"], name
+    report = records[("vllm", "dynamic")]["engine_report"]
+    assert report["max_model_len"] > report["table_rows"] == C.case("dynamic").original_length
+    report = records[("vllm", "longrope")]["engine_report"]
+    assert report["max_model_len"] == C.case("longrope").original_length
     with pytest.raises(KeyError, match="the tier has"):
         F.findings("sglang")
 
@@ -296,3 +314,4 @@ def test_the_cheat_sheet_links_the_page_from_each_symptom_a_finding_explains():
              ("llamacpp", "partial"): "unscaled, base 10,000"}
     for (engine, case), computes in named.items():
         assert [f.computes for f in F.explaining(engine, case)] == [computes]
+    assert [f.kind for f in F.explaining("vllm", "dynamic")] == ["bug"]

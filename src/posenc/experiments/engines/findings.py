@@ -34,6 +34,7 @@ class Finding:
         explanation: what happens, in words.
         advice: what a practitioner should do.
         link: the engine's issue or pull request, when one exists.
+        about: "differs" or "refused" (below).
         symptom: the label of the cheat-sheet's entry whose symptom it explains (that
             entry links the page); every finding is also listed from ``cs-engines``.
     """
@@ -48,6 +49,9 @@ class Finding:
     advice: str
     link: str = ""
     symptom: str = "cs-engines"
+    #: "differs": the cells' worst ratio passes 1; "refused": the cells agree where
+    #: the engine serves and it refuses some positions (a call stored as refused).
+    about: str = "differs"
 
 
 #: Each column of the matrix: its label on the page, and what it runs.
@@ -92,6 +96,49 @@ _V5_ADVICE = (
 )
 
 FINDINGS: tuple[Finding, ...] = (
+    Finding(
+        "vllm", ("default", "yarn", "partial", "interleaved", "mrope",
+                 "mrope-interleaved", "gemma3-sliding"), None,
+        "Positions past the served context are refused", "deliberate",
+        "vllm/config/model.py 2585-2633 (_get_and_verify_max_len); "
+        "rotary_embedding/base.py 94-103 (a cos/sin table of max_position rows)",
+        "vLLM precomputes cos and sin up to the longest position it will serve "
+        "(max_model_len) and refuses longer requests. The positions past it are not "
+        "compared; every position it serves agrees.",
+        "To serve past the context, put a scaling rule (YaRN, say) in the config: vLLM "
+        "then serves the longer context, with a table to match.",
+        about="refused",
+    ),
+    Finding(
+        "vllm", ("longrope",), None,
+        "LongRoPE is served at its original context unless told otherwise",
+        "deliberate",
+        "vllm/config/model.py 2627-2631 (max_model_len: the original context); "
+        "phi3_long_rope_scaled_rope.py 51-56 (long factors when max_model_len passes "
+        "the original context)",
+        "By default vLLM serves a LongRoPE model only up to its original context, with "
+        "the short factors, and agrees there. Given a longer max_model_len it chooses "
+        "the long factors once, for every position, to keep the KV cache valid.",
+        "Served with a long --max-model-len, expect short prompts to score differently "
+        "from transformers, as in MLX.",
+        symptom="cs-dynamic-cache", about="refused",
+    ),
+    Finding(
+        "vllm", ("dynamic",), None,
+        "Dynamic NTK: the served length passes the cos/sin table", "bug",
+        "vllm/config/model.py 2605, 2616 (max_model_len times the factor); "
+        "dynamic_ntk_scaling_rope.py 53-73 (one base, scale 1) and 67 (the table); "
+        "csrc/cpu/pos_encoding.cpp (no bounds check)",
+        "vLLM's dynamic rule is static, its base unchanged, so inside the original "
+        "context it agrees. But vLLM multiplies the length it serves by the factor "
+        "while its table stops at the original context. Positions between the two "
+        "raise an IndexError on the default path; the compiled CPU kernel reads past "
+        "the table without a bounds check.",
+        "Cap --max-model-len at the original context when serving a dynamic-NTK model "
+        "with vLLM 0.32, or convert the rule to YaRN.",
+        "https://github.com/vllm-project/vllm/pull/55910",
+        "cs-dynamic-cache", about="refused",
+    ),
     Finding(
         "llamacpp", ("dynamic",), "unscaled",
         "Dynamic NTK is not implemented", "deliberate",
@@ -167,7 +214,8 @@ FINDINGS: tuple[Finding, ...] = (
         "mlx_lm/models/rope_utils.py: YarnRoPE.yarn_find_correction_range "
         "(math.floor, math.ceil); initialize_rope never reads truncate",
         "gpt-oss asks for the YaRN ramp's bounds unrounded. MLX always rounds them to "
-        "whole pairs, so the pairs near the ramp's ends turn at slightly other speeds.",
+        "whole pairs, so every pair on the ramp turns at a slightly other speed, at "
+        "every position.",
         "To match transformers, YarnRoPE must skip the rounding when `truncate` is "
         "false, as vLLM's does since the linked issue.",
         "https://github.com/vllm-project/vllm/issues/27722",

@@ -11,7 +11,9 @@ A record (``src/posenc/results/engines/<engine>-<case>.json``): ``engine``, ``ca
 the call's rotated queries), ``tolerance`` (:func:`.cases.tolerance`), ``ratio`` — and
 ``worst_ratio`` (None when the engine refused every call); a call the engine refuses
 (a position past the table it serves) has ``status`` "refused" and ``why`` instead of
-the numbers; where the worst ratio passes 1, ``hypotheses``: the worst ratio to each
+the numbers; ``engine_report``, what the runner says the engine made of the row (the
+GGUF keys and rope parameters of llama.cpp, vLLM's rope class, table rows and
+max_model_len); where the worst ratio passes 1, ``hypotheses``: the worst ratio to each
 of :func:`.cases.hypotheses` (what the engine might compute instead); for
 "unsupported" the engine's code that shows it (``code``) and why; ``engine_versions``
 and ``device`` as the runner reports them; ``provenance``.
@@ -94,6 +96,7 @@ _HF_LAYOUT = (
 
 ENGINES = {
     "transformers": Engine("transformers", None, None, {}),
+    "vllm": Engine("vllm", "vllm_runner.py", "requirements-vllm.txt", {}),
     "llamacpp": Engine("llamacpp", "llamacpp_runner.py", "requirements-llamacpp.txt",
                        {}),
     "mlx": Engine("mlx", "mlx_runner.py", "requirements-mlx.txt",
@@ -197,6 +200,9 @@ def run_engine(
                                       C.tolerance(c, x, offset)))
                 outputs.append((x, offset, theirs))
             record = _compared(engine, c, about, "rotated q", entries)
+            report = {**about.get("cases", {}), **about.get("gguf", {})}.get(c.name)
+            if report is not None:  # what the engine made of the row (GGUF keys, table)
+                record["engine_report"] = report
             if (record["worst_ratio"] or 0) > 1:
                 record["hypotheses"] = _hypotheses(c, outputs)
             records.append(record)
