@@ -96,8 +96,8 @@ _HF_LAYOUT = (
 )
 
 _VLLM_GLM = (
-    "vllm/model_executor/models/registry.py 714: \"GlmForCausalLM\": (\"transformers\", "
-    "\"TransformersForCausalLM\")",
+    "vllm/model_executor/models/registry.py 714: GlmForCausalLM -> (transformers, "
+    "TransformersForCausalLM)",
     "no code of its own: vLLM serves transformers' GLM through its Transformers "
     "backend, i.e. transformers' own rotary code, which the transformers column "
     "compares (vLLM's chatglm.py serves THUDM's original checkpoints)",
