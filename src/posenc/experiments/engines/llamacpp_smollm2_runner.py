@@ -18,7 +18,9 @@ runner does what ``Llama.eval`` does with ``logits_all`` (llama_cpp/llama.py 666
 every token of a batch asks for its logits, ``llama_decode``, ``llama_get_logits``)
 one batch at a time, and turns each batch's (n, n_vocab) logits into losses with a
 stable log-softmax in float64 before the next (llama.cpp's output buffer holds one
-batch: ``n_outputs_max`` = n_batch).
+batch: ``n_outputs_max`` = n_batch). The KV cache is llama.cpp's default float16
+(``type_k``/``type_v`` GGML_TYPE_F16, llama-context.cpp 3780-3781), the attention
+not flash (llama-cpp-python's ``flash_attn=False``), as a user meets them.
 """
 
 import ctypes
@@ -36,8 +38,8 @@ import llama_cpp
 #: (llama-context.cpp 308-328, llama-model.cpp 2100-2115).
 LOGGED = ("n_ctx", "n_ctx_seq", "n_batch", "n_ubatch", "flash_attn", "freq_base",
           "freq_scale", "n_ctx_train", "n_rot", "rope type", "rope scaling",
-          "freq_base_train", "freq_scale_train", "n_ctx_orig_yarn", "type_k",
-          "type_v", "causal_attn", "n_outputs_max", "file type")
+          "freq_base_train", "freq_scale_train", "n_ctx_orig_yarn", "causal_attn",
+          "n_outputs_max", "file type")
 
 _LINES = []
 
