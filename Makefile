@@ -174,7 +174,8 @@ study-verify: $(STAMP)
 # src/posenc/results/engines/. `make engines` computes what is missing; the book build and
 # `make test` verify that the stored records cover the matrix (engines-verify, no engine needed;
 # tests/test_engines.py checks them against the matrix too); `make engines-check` reruns a sample
-# from scratch in the engines' environments.
+# from scratch in the engines' environments. The same for SmolLM2's GGUF scored in llama.cpp against
+# the stored transformers runs (posenc.experiments.engines.smollm2; about 5-10 minutes a run).
 ENGINES := mlx llamacpp vllm
 ENGINE_VENVS := $(foreach e,$(ENGINES),.venv-engines/$(e)/.installed)
 
@@ -208,9 +209,11 @@ engines-env: $(ENGINE_VENVS) $(LLAMACPP_SRC)/convert_hf_to_gguf.py
 
 engines: $(STAMP) engines-env
 	$(BIN)/python -m posenc.experiments.engines.tier
+	$(BIN)/python -m posenc.experiments.engines.smollm2
 
 engines-verify: $(STAMP)
 	$(BIN)/python -m posenc.experiments.engines.tier --verify
+	$(BIN)/python -m posenc.experiments.engines.smollm2 --verify
 
 engines-check: $(STAMP) engines-env
 	$(BIN)/python -m posenc.experiments.engines.tier --check
