@@ -305,6 +305,36 @@ def tolerance(c: Case, x: torch.Tensor, offset: int) -> float:
 
 
 
+def pair_tolerance(c: Case, x: torch.Tensor, offset: int) -> torch.Tensor:
+    """The per-pair bound, (r/2,) float64: 4·2⁻²⁴·‖x‖·((i + 1)·m·θ_i + 1) for pair i,
+    times the attention factor (at least 1). The whole-head :func:`tolerance` is set by
+    the fastest pair, so it cannot see an error confined to the slow pairs, where the
+    scaling rules act; this bound is each pair's own float32 rounding of its angle,
+    (i + 1) units of it allowing an engine that builds pair i's angle by i float32
+    multiplications (llama.cpp's ``ggml_rope_cache_init``)."""
+    m = _last(c, x, offset)
+    inv_freq, attention_factor = _frequencies(c, m + 1)
+    norm = float(cpu_float64(x).norm(dim=-1).max())
+    index = torch.arange(1, len(inv_freq) + 1, dtype=torch.float64)
+    bound = 4 * EPS32 * norm * (index * m * inv_freq.double() + 1)
+    return bound * max(attention_factor, 1.0)
+
+
+def pair_errors(
+    c: Case, a: torch.Tensor, b: torch.Tensor, layout: str
+) -> torch.Tensor:
+    """(r/2,) float64: the largest |a − b| on each rotated pair's two features
+    (``"half"``: features i and i + r/2, as transformers' cos and sin tables;
+    ``"interleaved"``: 2i and 2i + 1), over every other axis."""
+    r = c.rotary_dim
+    err = (cpu_float64(a) - cpu_float64(b)).abs()[..., :r].reshape(-1, r)
+    if layout == "half":
+        pairs = torch.maximum(err[:, : r // 2], err[:, r // 2:])
+    else:
+        pairs = torch.maximum(err[:, 0::2], err[:, 1::2])
+    return pairs.max(dim=0).values
+
+
 # --- what an engine that differs computes instead ---------------------------------
 
 
@@ -335,6 +365,30 @@ def _sequence_end(c: Case, offset: int) -> int:
     return max(start + tokens for name, start, tokens in calls(c) if name == schedule)
 
 
+def _leftover_pairs(c: Case) -> list[int]:
+    """Interleaved M-RoPE's pairs that no axis claims by llama.cpp's rule (pair i is
+    the height's if i ≡ 1 mod 3 and i < 3·s_h, the width's if i ≡ 2 and i < 3·s_w, the
+    time's if i ≡ 0 and i < 3·s_t): with Qwen3-VL's [24, 20, 20], pairs 61 and 62,
+    which transformers gives the temporal id."""
+    t, h, w = c.mrope_section
+    return [i for i in range(c.rotary_dim // 2)
+            if not ((i % 3 == 1 and i < 3 * h) or (i % 3 == 2 and i < 3 * w)
+                    or (i % 3 == 0 and i < 3 * t))]
+
+
+def _rotate_still(c: Case, x: torch.Tensor, offset: int, still: list) -> torch.Tensor:
+    """:func:`reference` (an M-RoPE row, half layout, default frequencies) with the
+    pairs ``still`` left unrotated (their angle 0)."""
+    ids = positions(c, offset, x.shape[-2])
+    inv_freq, _ = _frequencies(c, _last(c, x, offset) + 1)
+    angles = _angles(c, ids, inv_freq)
+    angles[:, still] = 0.0
+    cos, sin = angles.cos(), angles.sin()
+    half = c.rotary_dim // 2
+    x1, x2, rest = x[..., :half], x[..., half:2 * half], x[..., 2 * half:]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest), dim=-1)
+
+
 def _plain(c: Case, *, whole_head: bool = False, theta: float | None = None) -> dict:
     params = {"rope_type": "default",
               "rope_theta": theta or c.rope_parameters["rope_theta"]}
@@ -359,6 +413,8 @@ def hypotheses(c: Case) -> dict:
       context size), where transformers chooses them per forward call;
     * ``"truncated"``: YaRN with ``truncate: true`` (the correction range rounded to
       whole pairs), where the row says ``false`` (gpt-oss);
+    * ``"leftover pairs unrotated"``: interleaved M-RoPE with the pairs no axis
+      claims by llama.cpp's rule left still (:func:`_leftover_pairs`);
     * ``"unscaled, base 10,000"`` and ``"whole head, base 10,000"``: the same at
       :data:`FALLBACK_THETA`, where the row's ``rope_theta`` differs (a model file
       that finds neither the scaling nor the base where it looks).
@@ -379,6 +435,9 @@ def hypotheses(c: Case) -> dict:
             c, x, m, rule, seq_len=_sequence_end(c, m))
     if params.get("truncate") is False:
         out["truncated"] = lambda x, m: _rotate(c, x, m, {**params, "truncate": True})
+    if params.get("mrope_interleaved"):
+        out["leftover pairs unrotated"] = lambda x, m: _rotate_still(
+            c, x, m, _leftover_pairs(c))
     if float(params["rope_theta"]) != FALLBACK_THETA:
         out["unscaled, base 10,000"] = lambda x, m: _rotate(
             c, x, m, _plain(c, theta=FALLBACK_THETA))

@@ -78,6 +78,8 @@ COMPUTES = {
     "one factor set per sequence": "LongRoPE with one set of factors for the whole "
                                    "sequence, chosen by the length it reaches",
     "truncated": "YaRN with its ramp's bounds rounded to whole pairs",
+    "leftover pairs unrotated": "interleaved M-RoPE with the pairs no axis claims "
+                                "left unrotated",
     "unscaled, base 10,000": "plain RoPE at base 10,000, neither the model's base nor "
                              "its scaling",
     "whole head, base 10,000": "plain RoPE over the whole head at base 10,000",
@@ -198,6 +200,19 @@ FINDINGS: tuple[Finding, ...] = (
         "cs-partial",
     ),
     Finding(
+        "llamacpp", ("mrope-interleaved",), "leftover pairs unrotated",
+        "Interleaved M-RoPE leaves two slow pairs unrotated", "bug",
+        "ggml/src/ggml-cpu/ops.cpp 6256-6265 (ggml_mrope_cache_init: a pair no axis "
+        "claims reads the fourth id); src/llama-graph.cpp 131-141 (the fourth id is 0 "
+        "for text)",
+        "Qwen3-VL's sections leave pairs 61 and 62 to no axis. Transformers rotates "
+        "them with the temporal id. llama.cpp gives them the fourth id, which is 0 for "
+        "text, so they never turn. They are the slowest pairs, so the error stays "
+        "under the whole-head tolerance; only the per-pair bound sees it.",
+        "The two pairs are the slowest of the head, so the model changes little; a "
+        "fix gives a pair no axis claims the temporal id, as Qwen3-VL's code does.",
+    ),
+    Finding(
         "mlx", ("longrope",), "long factors throughout",
         "LongRoPE always uses its long factors", "deliberate",
         "mlx_lm/models/rope_utils.py: SuScaledRoPE (the long factors, always)",
@@ -279,8 +294,8 @@ FINDINGS: tuple[Finding, ...] = (
     Finding(
         "mlx-model", ("longrope", "yarn-deepseek", "yarn-gpt-oss", "gemma3-full"),
         "unscaled", "A transformers 5 config loses the scaling", "bug",
-        "mlx_lm/models/{phi3,deepseek_v3,gpt_oss,gemma3_text}.py: ModelArgs has "
-        "rope_scaling, no rope_parameters",
+        "mlx_lm/models/ phi3.py, deepseek_v3.py, gpt_oss.py, gemma3_text.py: "
+        "ModelArgs has rope_scaling, no rope_parameters",
         _V5_CONFIG + ". These files' default base happens to be the model's own, so "
         "they run plain RoPE at the right base, without the scaling at any position: "
         "YaRN, linear and LongRoPE rescale every position, inside the original context "

@@ -14,7 +14,10 @@ the call's rotated queries), ``tolerance`` (:func:`.cases.tolerance`), ``ratio``
 the numbers; ``engine_report``, what the runner says the engine made of the row (the
 GGUF keys and rope parameters of llama.cpp, vLLM's rope class, table rows and
 max_model_len); where the worst ratio passes 1, ``hypotheses``: the worst ratio to each
-of :func:`.cases.hypotheses` (what the engine might compute instead); for
+of :func:`.cases.hypotheses` (what the engine might compute instead), by the measure
+that saw the difference; ``worst_pair_ratio``, the largest per-pair ratio
+(``pair_ratio`` in each call,
+:func:`.cases.pair_tolerance`); for
 "unsupported" the engine's code that shows it (``code``) and why; ``engine_versions``
 and ``device`` as the runner reports them; ``provenance``.
 """
@@ -207,42 +210,68 @@ def run_engine(
                 theirs = torch.from_numpy(np.load(folder / f"{c.name}-{k}-out.npy"))
                 ours = C.reference(c, x, offset)
                 entries.append(_entry(schedule, offset, tokens, [(theirs, ours)],
-                                      C.tolerance(c, x, offset)))
+                                      C.tolerance(c, x, offset), c, x, c.layout))
                 outputs.append((x, offset, theirs))
             record = _compared(engine, c, about, "rotated q", entries)
             report = {**about.get("cases", {}), **about.get("gguf", {})}.get(c.name)
             if report is not None:  # what the engine made of the row (GGUF keys, table)
                 record["engine_report"] = report
-            if (record["worst_ratio"] or 0) > 1:
-                record["hypotheses"] = _hypotheses(c, outputs)
+            if differs(record):
+                record["hypotheses"] = _hypotheses(c, outputs,
+                                                   per_pair=record["worst_ratio"] <= 1)
             records.append(record)
     return records
 
 
-def _hypotheses(c: C.Case, outputs: list) -> dict:
+def _hypotheses(c: C.Case, outputs: list, per_pair: bool) -> dict:
     """The worst ratio of the engine's outputs to each of :func:`.cases.hypotheses`
-    (≤ 1: the engine computes that instead of the row's rotation)."""
+    (≤ 1: the engine computes that instead of the row's rotation), by the measure that
+    saw the difference: the whole-head tolerance, or with ``per_pair`` (the cell passes
+    that and fails only the per-pair bound) :func:`.cases.pair_tolerance`."""
     out = {}
     for name, rotate in C.hypotheses(c).items():
-        ratios = [float((cpu_float64(theirs) - cpu_float64(rotate(x, m))).abs().max())
-                  / C.tolerance(c, x, m) for x, m, theirs in outputs]
+        ratios = []
+        for x, m, theirs in outputs:
+            alternative = rotate(x, m)
+            if per_pair:
+                pairs = C.pair_errors(c, theirs, alternative, c.layout)
+                ratios.append(float((pairs / C.pair_tolerance(c, x, m)).max()))
+            else:
+                whole = (cpu_float64(theirs) - cpu_float64(alternative)).abs().max()
+                ratios.append(float(whole) / C.tolerance(c, x, m))
         out[name] = max(ratios)
     return out
 
 
-def _entry(schedule, offset, tokens, pairs, tol) -> dict:
-    """One call's entry: the largest |theirs − ours| over ``pairs`` of tensors, and
-    its ratio to the tolerance ``tol``."""
+def _entry(schedule, offset, tokens, pairs, tol, c, x, layout) -> dict:
+    """One call's entry: the largest |theirs − ours| over ``pairs`` of tensors, its
+    ratio to the tolerance ``tol``, and ``pair_ratio``: the largest ratio of a rotated
+    pair's error to its own bound (:func:`.cases.pair_tolerance`; the pairs of each
+    tensor in ``layout``)."""
+    pairs = list(pairs)
     max_abs = max(float((cpu_float64(a) - cpu_float64(b)).abs().max())
                   for a, b in pairs)
+    bound = C.pair_tolerance(c, x, offset)
+    pair_ratio = max(float((C.pair_errors(c, a, b, layout) / bound).max())
+                     for a, b in pairs)
     return {"schedule": schedule, "offset": offset, "tokens": tokens,
-            "max_abs": max_abs, "tolerance": tol, "ratio": max_abs / tol}
+            "max_abs": max_abs, "tolerance": tol, "ratio": max_abs / tol,
+            "pair_ratio": pair_ratio}
+
+
+def differs(record: dict) -> bool:
+    """A compared record differs when a call passes the tolerance or a pair its own
+    bound (``worst_ratio`` or ``worst_pair_ratio`` above 1)."""
+    return record["status"] == "compared" and max(
+        record["worst_ratio"] or 0, record.get("worst_pair_ratio") or 0) > 1
 
 
 def _compared(engine, c, about, compares, entries) -> dict:
     ratios = [e["ratio"] for e in entries if "ratio" in e]
+    pair_ratios = [e["pair_ratio"] for e in entries if "pair_ratio" in e]
     return _record(engine, c, "compared", about, compares=compares, calls=entries,
-                   worst_ratio=max(ratios, default=None))
+                   worst_ratio=max(ratios, default=None),
+                   worst_pair_ratio=max(pair_ratios, default=None))
 
 
 def _transformers_record(engine: Engine, c: C.Case) -> dict:
@@ -255,7 +284,7 @@ def _transformers_record(engine: Engine, c: C.Case) -> dict:
         theirs = C.transformers_cos_sin(rotary, c, x, offset)
         ours = C.reference_cos_sin(c, x, offset)
         entries.append(_entry(schedule, offset, tokens, zip(theirs, ours),
-                              C.cos_sin_tolerance(c, x, offset)))
+                              C.cos_sin_tolerance(c, x, offset), c, x, "half"))
     about = {"versions": {"transformers": transformers.__version__},
              "device": "cpu"}
     return _compared(engine, c, about, "cos/sin", entries)
