@@ -316,7 +316,7 @@ def pair_tolerance(c: Case, x: torch.Tensor, offset: int) -> torch.Tensor:
     inv_freq, attention_factor = _frequencies(c, m + 1)
     norm = float(cpu_float64(x).norm(dim=-1).max())
     index = torch.arange(1, len(inv_freq) + 1, dtype=torch.float64)
-    bound = 4 * EPS32 * norm * (index * m * inv_freq.double() + 1)
+    bound = 4 * EPS32 * norm * (index * m * cpu_float64(inv_freq) + 1)
     return bound * max(attention_factor, 1.0)
 
 
