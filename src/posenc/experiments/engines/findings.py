@@ -122,7 +122,8 @@ FINDINGS: tuple[Finding, ...] = (
         "By default vLLM serves a LongRoPE model only up to its original context, with "
         "the short factors, and agrees there. Given a longer max_model_len it chooses "
         "the long factors once, for every position, to keep the KV cache valid.",
-        "Served with a long `--max-model-len`, expect short prompts to score differently "
+        "Served with a long `--max-model-len`, expect short prompts to score "
+        "differently "
         "from transformers, as in MLX.",
         symptom="cs-dynamic-cache", about="refused",
     ),
@@ -137,7 +138,8 @@ FINDINGS: tuple[Finding, ...] = (
         "while its table stops at the original context. Positions between the two "
         "raise an IndexError on the default path; the compiled CPU kernel reads past "
         "the table without a bounds check.",
-        "Cap `--max-model-len` at the original context when serving a dynamic-NTK model "
+        "Cap `--max-model-len` at the original context when serving a dynamic-NTK "
+        "model "
         "with vLLM 0.32, or convert the rule to YaRN.",
         "https://github.com/vllm-project/vllm/pull/55910",
         "cs-dynamic-cache", about="refused",
