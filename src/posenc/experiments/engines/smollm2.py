@@ -58,7 +58,7 @@ N_THREADS = 2
 N_BATCH = 512
 #: The texts run. Prose only: one 16K run took 555 s here (2 shared cores), so the six
 #: runs of both texts would take about an hour; code's three are left out for now.
-TEXTS = ("prose",)
+TEXTS = ("prose", "code")
 #: A scaled difference past L "within the floor" is within this multiple of it.
 FLOOR_MULTIPLE = 3.0
 
