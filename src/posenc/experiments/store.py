@@ -235,21 +235,23 @@ def grid_records(
     study: str,
     command: str,
     where: Path | str | None = None,
+    target: str = "make study",
 ) -> list[dict]:
     """The stored record of every run of the grid, in the grid's order.
 
     Args:
         runs: the current grid. stored: :func:`read_records`. key, label: a run's
             key and its name in messages. strict: raise when a run is not stored;
-            False returns the records of the runs that are. study, command, where:
-            for the message (:func:`stale_error`).
+            False returns the records of the runs that are. study, command, where,
+            target: for the message (:func:`stale_error`).
 
     Raises:
         StaleResultsError: with ``strict``, a run of the grid has no stored record.
     """
     missing = missing_runs(runs, stored, key)
     if missing and strict:
-        raise stale_error(study, [label(r) for r in missing], len(runs), command, where)
+        raise stale_error(study, [label(r) for r in missing], len(runs), command, where,
+                          target)
     return [stored[key(r)] for r in runs if key(r) in stored]
 
 

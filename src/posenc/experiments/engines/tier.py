@@ -16,10 +16,9 @@ GGUF keys and rope parameters of llama.cpp, vLLM's rope class, table rows and
 max_model_len); where the worst ratio passes 1, ``hypotheses``: the worst ratio to each
 of :func:`.cases.hypotheses` (what the engine might compute instead), by the measure
 that saw the difference; ``worst_pair_ratio``, the largest per-pair ratio
-(``pair_ratio`` in each call,
-:func:`.cases.pair_tolerance`); for
-"unsupported" the engine's code that shows it (``code``) and why; ``engine_versions``
-and ``device`` as the runner reports them; ``provenance``.
+(``pair_ratio`` in each call, :func:`.cases.pair_tolerance`); for "unsupported" the
+engine's code that shows it (``code``) and why; ``engine_versions`` and ``device`` as
+the runner reports them; ``provenance``.
 """
 
 from __future__ import annotations
@@ -312,22 +311,16 @@ def stored(engine: str | None = None, *, strict: bool = True) -> list[dict]:
             message names them.
     """
     names = [engine] if engine else list(ENGINES)
-    out, missing = [], []
-    for name in names:
-        for c in C.CASES:
-            path = record_path(name, c.name)
-            record = json.loads(path.read_text()) if path.exists() else None
-            pins = ENGINES[name].pins()
-            if record is None or (record.get("key"), record.get("pins")) != (c.key(),
-                                                                            pins):
-                missing.append(f"{name}/{c.name}")
-            else:
-                out.append(record)
-    if missing and strict:
-        raise store.stale_error(f"engines tier ({NAME})", missing,
-                                len(names) * len(C.CASES), COMMAND,
-                                store.results_dir(NAME), target="make engines")
-    return out
+    # a record is current when its settings (the case's key) and pins are
+    held = {f"{r['engine']}/{r['case']}/{r.get('key')}/{r.get('pins')}": r
+            for r in store.read_records(store.results_dir(NAME)).values()}
+    return store.grid_records(
+        [(name, c) for name in names for c in C.CASES], held,
+        key=lambda run: f"{run[0]}/{run[1].name}/{run[1].key()}/"
+                        f"{ENGINES[run[0]].pins()}",
+        label=lambda run: f"{run[0]}/{run[1].name}", strict=strict,
+        study=f"engines tier ({NAME})", command=COMMAND,
+        where=store.results_dir(NAME), target="make engines")
 
 
 def compute(engine: Engine, only: list[str] | None = None) -> list[Path]:
@@ -371,8 +364,11 @@ def summary(records: list[dict]) -> str:
             lines.append(f"{r['engine']:>12} {r['case']:<18} unsupported")
         else:
             worst = r["worst_ratio"]
-            shown = "(every call refused)" if worst is None else f"{worst:.3g}"
-            lines.append(f"{r['engine']:>12} {r['case']:<18} worst ratio {shown}")
+            shown = ("(every call refused)" if worst is None else
+                     f"{worst:.3g}, per pair {r['worst_pair_ratio']:.3g}")
+            verdict = "differs" if differs(r) else "agrees"
+            lines.append(f"{r['engine']:>12} {r['case']:<18} {verdict}: worst ratio "
+                         f"{shown}")
     return "\n".join(lines)
 
 
