@@ -288,6 +288,10 @@ def test_every_difference_is_explained_by_one_finding_that_the_numbers_bear_out(
     assert keys["chatglm.context_length"] == glm.config["hidden_size"] < glm.original_length
     with pytest.raises(KeyError, match="the tier has"):
         F.findings("sglang")
+    with pytest.raises(KeyError, match="the tier has"):
+        F.explaining("llama.cpp", "longrope")  # the column is "llamacpp"
+    with pytest.raises(KeyError, match="the matrix has"):
+        F.explaining("llamacpp", "LongRoPE")
 
 
 def test_the_page_has_words_for_every_column_and_hypothesis():

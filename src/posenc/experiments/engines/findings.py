@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from . import tier
+from . import cases, tier
 
 
 @dataclasses.dataclass(frozen=True)
@@ -321,5 +321,14 @@ def findings(engine: str | None = None) -> list[Finding]:
 
 
 def explaining(engine: str, case: str) -> list[Finding]:
-    """The findings that name the cell (engine, case)."""
+    """The findings that name the cell (engine, case): none when the engine agrees
+    there.
+
+    Raises:
+        KeyError: ``engine`` is not a column of the tier, or ``case`` not a row of
+            :data:`.cases.CASES` (the message lists them): a misspelt name would
+            otherwise read as "agrees".
+    """
+    findings(engine)  # refuses an unknown engine
+    cases.case(case)  # refuses an unknown row
     return [f for f in FINDINGS if f.engine == engine and case in f.cases]
