@@ -97,7 +97,7 @@ handout: $(STAMP)
 	else echo "WARNING: no chromium: the lectures' notes pages only, no PDF handout"; \
 	  $(BIN)/python -m posenc.book.handout --notes-only $(if $(NAME),$(NAME),--all); fi
 
-# The RoPE lecture's problem set (posenc.book.problems), graded by otter-grader in an environment
+# The lectures' problem sets (posenc.book.problems), graded by otter-grader in an environment
 # of its own, .venv-grader, so that the book's pins in .venv do not move. Like .venv it is built
 # once and reused while its requirements' checksum is unchanged (.venv need only exist: a change of
 # the book's pins does not rebuild it). Its Python sees .venv's
@@ -121,11 +121,12 @@ $(GRADER_STAMP): $(GRADER_REQUIREMENTS) | $(STAMP)
 
 grader-env: $(GRADER_STAMP)
 
-# The student's copy (questions, public checks and an install cell, for Colab) into
-# _build/html/lectures/rope_problems/; the solutions and the autograder with its hidden checks
-# into _build/problems/rope_problems/, outside the published site.
+# Each lecture's problem set (src/posenc/book/problem_sets/NAME/): the student's copy (questions,
+# public checks and an install cell, for Colab) into _build/html/lectures/NAME/; the solutions
+# and the autograder with its hidden checks into _build/problems/NAME/, outside the site.
 problems: grader-env
-	$(GRADER_VENV)/bin/python -m posenc.book.problems build rope_problems
+	for set in $(notdir $(wildcard src/posenc/book/problem_sets/*_problems)); do \
+	  $(GRADER_VENV)/bin/python -m posenc.book.problems build $$set || exit 1; done
 
 # Each chapter executes once: clean-env-tests runs it under nbval on the Colab path, and the
 # outputs fill the book's execution cache, which the strict build then reads instead of

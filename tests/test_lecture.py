@@ -289,6 +289,13 @@ def test_what_the_rules_allow():
     ok = _one_slide("Wavelengths below L stay; pairs above the dashed line never turn.",
                     "The score is printed above the plot.")
     assert lec.problems(ok) == []
+    # a lecture's own names with digits, from its front matter, and only in that lecture
+    named = "---\ntitle: t\nminutes: 1\nnames: [Transformer-XL 2]\n---\n# S {minutes=1}\n"
+    body = "## A heading\nTransformer-XL 2 caches.\nNote:\nSaid.\n"
+    assert lec.parse(named + body).names == ("Transformer-XL 2",)
+    assert lec.problems(lec.parse(named + body)) == []
+    assert "numbers not from a {value}: ['2']" in lec.problems(_one_slide(
+        "Transformer-XL 2 caches."))[0]
     with pytest.raises(lec.LectureError, match="needs its minutes"):
         lec.parse("---\ntitle: t\nminutes: 1\n---\n# S\n## H\n")
     with pytest.raises(lec.LectureError, match="the front matter has no 'minutes'"):

@@ -1,15 +1,15 @@
-"""The RoPE lecture's problem set (src/posenc/book/problem_sets/rope_problems/), graded by
-otter-grader against the package (posenc.book.problems): the solutions get full marks, the
-student's blank copy none, and a copy with one planted wrong answer loses exactly that question's
-points. Every expected score comes from the source notebook's question configs, never a typed
+"""The lectures' problem sets (src/posenc/book/problem_sets/NAME/NAME.ipynb, each with its
+planted.json), graded by otter-grader against the package (posenc.book.problems): for each set
+the solutions get full marks, the student's blank copy none, and a copy with one planted wrong
+answer loses exactly that question's points. Every expected score comes from the source notebook's question configs, never a typed
 number. The student's copy carries its questions and public tests, not a solution or a hidden
-test. The values the hidden tests compare against (posenc's) agree with transformers 5.23 at the
-problem set's settings.
+test. The values the RoPE set's hidden tests compare against (posenc's) agree with transformers
+5.23 at that set's settings.
 
 The grading runs in the grader environment .venv-grader (``make grader-env``), whose Python sees
 the book's .venv after its own packages; without it these tests skip and say so, unless
-``POSENC_REQUIRE_GRADER=1``, where they fail. One build and three gradings: about 80 s on 2 busy
-cores.
+``POSENC_REQUIRE_GRADER=1``, where they fail. One build and three gradings per set: about 80 s
+on 2 busy cores.
 """
 
 from __future__ import annotations
@@ -30,20 +30,32 @@ from posenc import rope_inv_freq
 from posenc.book import problems
 
 ROOT = Path(__file__).resolve().parents[1]
+#: Every problem set of the lectures: src/posenc/book/problem_sets/NAME/NAME.ipynb.
+NAMES = sorted(p.parent.name for p in (ROOT / problems.SOURCES).glob("*/*.ipynb")
+               if p.stem == p.parent.name)
 NAME = "rope_problems"
 SOURCE = ROOT / problems.SOURCES / NAME / f"{NAME}.ipynb"
 GRADER_PYTHON = ROOT / ".venv-grader" / "bin" / "python"
 GRADER_REQUIREMENTS = SOURCE.parent / "requirements-grader.txt"
-#: The question whose answer the planted copy gets wrong, and the line that plants it:
-#: one more pair "kept" than YaRN keeps, an answer that passes the public check (a count
-#: in range) and fails the hidden one.
-PLANTED = ("q5", "yarn_pairs_kept = yarn_pairs_kept + 1")
 
 
-def question_points() -> dict[str, float]:
+def source(name: str) -> Path:
+    return ROOT / problems.SOURCES / name / f"{name}.ipynb"
+
+
+def planted(name: str) -> tuple[str, str]:
+    """The question whose answer the planted copy gets wrong, and the line that plants it,
+    from the problem set's ``planted.json`` (``{"question": "q5", "line": "..."}``): an
+    answer that passes the question's public check and fails its hidden one. For the RoPE
+    set, one more pair "kept" than YaRN keeps."""
+    found = json.loads((source(name).parent / "planted.json").read_text())
+    return found["question"], found["line"]
+
+
+def question_points(name: str = NAME) -> dict[str, float]:
     """``{question: points}`` from the source notebook's ``# BEGIN QUESTION`` cells."""
     points = {}
-    for cell in nbformat.read(SOURCE, as_version=4).cells:
+    for cell in nbformat.read(source(name), as_version=4).cells:
         if cell.cell_type == "raw" and cell.source.startswith("# BEGIN QUESTION"):
             config = yaml.safe_load(cell.source)
             points[config["name"]] = float(config.get("points", 1))
@@ -59,54 +71,56 @@ def grader(*args: str) -> str:
     return ran.stdout.strip().splitlines()[-1]
 
 
-def planted_copy(solutions: Path, where: Path) -> Path:
-    """The solutions notebook with :data:`PLANTED`'s line appended to the answer cell of its
-    question (the answer cell just before ``grader.check("q…")``)."""
-    question, line = PLANTED
+def planted_copy(name: str, solutions: Path, where: Path) -> Path:
+    """The solutions notebook with the planted line (:func:`planted`) appended to the answer
+    cell of its question (the answer cell just before ``grader.check("q…")``)."""
+    question, line = planted(name)
     nb = nbformat.read(solutions, as_version=4)
     check = next(i for i, c in enumerate(nb.cells) if c.source.strip() == f'grader.check("{question}")')
     answer = nb.cells[check - 1]
     assert {"otter_answer_cell", "otter_assign_solution_cell"} & set(answer.metadata.get("tags", [])), answer.source
     answer.source += "\n" + line
     where.mkdir()
-    nbformat.write(nb, where / f"{NAME}.ipynb")
-    return where / f"{NAME}.ipynb"
+    nbformat.write(nb, where / f"{name}.ipynb")
+    return where / f"{name}.ipynb"
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    """The problem set built into a temporary folder, and the scores of the solutions, the
+@pytest.fixture(scope="module", params=NAMES)
+def graded(request, tmp_path_factory):
+    """Each problem set built into a temporary folder, and the scores of the solutions, the
     student's blank copy and the planted copy."""
+    name = request.param
     if not GRADER_PYTHON.exists():
         message = f"no grader environment {GRADER_PYTHON.parent.parent}: run `make grader-env`"
         if os.environ.get("POSENC_REQUIRE_GRADER") == "1":
             pytest.fail(message)
         pytest.skip(message)
-    where = tmp_path_factory.mktemp("problems")
-    html, work = where / "html" / "lectures" / NAME, where / "problems" / NAME
+    where = tmp_path_factory.mktemp(name)
+    html, work = where / "html" / "lectures" / name, where / "problems" / name
     paths = {k: Path(v) for k, v in json.loads(grader(
-        "build", NAME, "--html-dir", str(html), "--work-dir", str(work))).items()}
-    planted = planted_copy(paths["solutions"], where / "planted")
-    notebooks = {"solutions": paths["solutions"], "blank": paths["student"], "planted": planted}
+        "build", name, "--html-dir", str(html), "--work-dir", str(work))).items()}
+    planted_nb = planted_copy(name, paths["solutions"], where / "planted")
+    notebooks = {"solutions": paths["solutions"], "blank": paths["student"], "planted": planted_nb}
     scores = json.loads(grader("grade", *map(str, notebooks.values()),
                                "--autograder", str(paths["autograder"])))
-    return {"paths": paths, "html": html,
+    return {"name": name, "paths": paths, "html": html,
             "scores": {kind: scores[str(path)] for kind, path in notebooks.items()}}
 
 
 def test_the_solutions_get_full_marks(graded):
-    points = question_points()
+    points = question_points(graded["name"])
     assert len(points) >= 5
     assert graded["scores"]["solutions"] == {q: [p, p] for q, p in points.items()}
 
 
 def test_the_blank_copy_gets_none(graded):
-    assert graded["scores"]["blank"] == {q: [0.0, p] for q, p in question_points().items()}
+    assert graded["scores"]["blank"] == {
+        q: [0.0, p] for q, p in question_points(graded["name"]).items()}
 
 
 def test_a_planted_wrong_answer_loses_exactly_its_points(graded):
-    question, _ = PLANTED
-    points = question_points()
+    question, _ = planted(graded["name"])
+    points = question_points(graded["name"])
     expected = {q: [0.0 if q == question else p, p] for q, p in points.items()}
     assert graded["scores"]["planted"] == expected
     total = sum(score for score, _ in graded["scores"]["planted"].values())
@@ -137,29 +151,31 @@ def test_the_published_copy_holds_questions_and_public_tests_only(graded):
     """The student's copy is the only file published; it has every question's check, the
     public tests in the cell after its install cell and neither an answer nor a hidden test;
     the solutions and the autograder stay outside the published folder."""
-    html, paths = graded["html"], graded["paths"]
-    assert sorted(p.name for p in html.rglob("*")) == [f"{NAME}.ipynb"]
+    html, paths, name = graded["html"], graded["paths"], graded["name"]
+    assert sorted(p.name for p in html.rglob("*")) == [f"{name}.ipynb"]
     for kind in ("solutions", "autograder"):
         assert html.parent.parent not in paths[kind].parents, kind
     student = nbformat.read(paths["student"], as_version=4)
     text = "\n".join(cell.source for cell in student.cells)
     assert json.dumps(student.metadata).find("hidden") == -1
-    for line in solution_lines(SOURCE):
+    for line in solution_lines(source(name)):
         assert line not in text, f"the student's copy holds the answer {line!r}"
     codes = [c.source for c in student.cells if c.cell_type == "code"]
     assert "PUBLIC_TESTS = {" in codes[1]
     (public,) = [ast.literal_eval(node.value) for node in ast.parse(codes[1]).body
                  if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "PUBLIC_TESTS"]
-    assert sorted(public) == sorted(f"{q}.py" for q in question_points())
+    assert sorted(public) == sorted(f"{q}.py" for q in question_points(name))
     for name, test in public.items():
         assert "'hidden': False" in test and "'hidden': True" not in test, name
         assert f'grader.check("{name[:-3]}")' in text
 
 
-def test_the_install_cell_installs_what_the_problems_need():
+@pytest.mark.parametrize("name", NAMES)
+def test_the_install_cell_installs_what_the_problems_need(name):
     """The first code cell installs posenc[book] from the repository of _config.yml, as the
     chapters do, and otter-grader at the grader environment's version."""
-    first = next(c for c in nbformat.read(SOURCE, as_version=4).cells if c.cell_type == "code").source
+    first = next(c for c in nbformat.read(source(name), as_version=4).cells
+                 if c.cell_type == "code").source
     repository = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
     assert f"git+{repository}.git" in first and "posenc[book] @ {source}" in first
     pin = re.search(r"^otter-grader==(\S+)$", GRADER_REQUIREMENTS.read_text(), re.M).group(1)
@@ -175,7 +191,7 @@ def test_without_otter_or_the_problem_set_the_errors_say_what_to_do(monkeypatch)
     monkeypatch.setitem(sys.modules, "otter", None)
     with pytest.raises(ImportError, match=r"otter-grader 7\.0\.0.*\.venv-grader/bin/python.*make grader-env"):
         problems.grade(SOURCE, SOURCE)
-    with pytest.raises(FileNotFoundError, match=rf"no problem set 'rope'.*\['{NAME}'\]"):
+    with pytest.raises(FileNotFoundError, match=rf"no problem set 'rope'.*'{NAME}'"):
         problems.source_notebook("rope", ROOT)
 
 

@@ -16,6 +16,7 @@ The source format (issue 41)::
     title: ...
     subtitle: ...
     minutes: 90
+    names: [ALiBi-2, ...]   # optional: this lecture's proper names with digits
     ---
     # A section {minutes=10}      a vertical stack of slides; minutes add up
     ## A heading                  one slide
@@ -116,6 +117,7 @@ class Lecture:
     subtitle: str
     minutes: int
     sections: list[Section]
+    names: tuple[str, ...] = ()
 
     @property
     def slides(self) -> list[Slide]:
@@ -184,7 +186,7 @@ def parse(text: str, name: str = "lecture") -> Lecture:
         s.body, s.notes = s.body.strip("\n"), s.notes.strip()
     return Lecture(
         name, str(front["title"]), str(front.get("subtitle", "")),
-        int(front["minutes"]), sections,
+        int(front["minutes"]), sections, tuple(front.get("names") or ()),
     )
 
 
@@ -488,10 +490,10 @@ def visible_text(fragment: str) -> str:
     return html.unescape(fragment)
 
 
-def stray_numbers(text: str) -> list[str]:
+def stray_numbers(text: str, names=()) -> list[str]:
     """The numbers in ``text`` (a slide's visible text, values removed) that are not
-    part of an :data:`ALLOWED_NAMES` name."""
-    for name in sorted(ALLOWED_NAMES, key=len, reverse=True):
+    part of an :data:`ALLOWED_NAMES` name or one of ``names`` (a lecture's own)."""
+    for name in sorted((*ALLOWED_NAMES, *names), key=len, reverse=True):
         text = re.sub(rf"(?<![\w.]){re.escape(name)}(?![\w])", " ", text)
     return re.findall(r"\d[\d,.]*", text)
 
@@ -523,7 +525,7 @@ def problems(lecture: Lecture, outputs: Outputs | None = None) -> list[str]:
         words = len(text.split())
         if words > MAX_WORDS:
             out.append(f"{where}: {words} visible words (at most {MAX_WORDS})")
-        numbers = stray_numbers(text + " " + slide.heading)
+        numbers = stray_numbers(text + " " + slide.heading, lecture.names)
         if numbers:
             out.append(f"{where}: numbers not from a {{value}}: {numbers}")
         for said in (text + " " + slide.heading, slide.notes):
