@@ -252,3 +252,57 @@ def test_the_yarn_sliders_name_the_papers_letters_the_right_way_round():
     1) and beta_fast is β (default 32), as the context-extension chapter says."""
     labels = {c.name: c.label for c in explorers.scaling_curves().controls}
     assert labels["beta_slow"].endswith("α") and labels["beta_fast"].endswith("β")
+
+
+@pytest.fixture(scope="module")
+def study_editions():
+    return explorers.study_editions()
+
+
+def test_study_interval_states_hold_the_stored_studys_intervals(study_editions):
+    """Every state of study_intervals against the stored per-seed losses: each label's
+    95 % t interval over the first n seeds (SciPy's t.interval), and the readout's
+    lowest mean, its unresolved rivals and the count of resolved pairs against
+    posenc.experiments.stats.paired_difference on the same seeds."""
+    import numpy as np
+    from scipy import stats
+
+    from posenc.experiments.stats import paired_difference
+
+    figure = explorers.study_intervals(study_editions)
+    names = list(explorers.STUDY_EDITIONS)
+    multiples = figure.controls[1].values
+    assert len(figure.states) == len(names) * len(multiples) * len(explorers.STUDY_SEED_COUNTS)
+    for key, state in figure.states.items():
+        i, j, k = map(int, key.split(","))
+        edition, multiple = study_editions[names[i]], multiples[j]
+        seeds = list(edition.preset["seeds"])[: explorers.STUDY_SEED_COUNTS[k]]
+        segments = {t["y"][0]: t["x"] for t in state["data"] if t["mode"] == "lines"}
+        means = {lab: x for t in state["data"] if t["mode"] == "markers"
+                 for lab, x in zip(t["y"], t["x"])}
+        runnable = [lab for lab in edition.main if len(edition.values(lab, multiple))]
+        assert list(segments) == runnable and set(means) == set(runnable)
+        for lab in runnable:
+            v = edition.values(lab, multiple)[seeds].to_numpy()
+            lo, hi = stats.t.interval(0.95, len(v) - 1, loc=v.mean(), scale=stats.sem(v))
+            assert segments[lab] == pytest.approx([lo, hi], rel=1e-5)
+            assert means[lab] == pytest.approx(v.mean(), rel=1e-5)
+        best = min(runnable, key=lambda lab: edition.values(lab, multiple)[seeds].mean())
+        sub = edition.lm[edition.lm["seed"].isin(seeds)]
+        where = {"eval_length": multiple * edition.L, "metric": "loss_sliding"}
+        resolved = {(a, b): paired_difference(sub, a, b, **where)["resolved"]
+                    for n, a in enumerate(runnable) for b in runnable[n + 1:]}
+        tied = [lab for lab in runnable if lab != best
+                and not resolved.get((best, lab), resolved.get((lab, best)))]
+        text = state["layout"]["annotations"][0]["text"]
+        assert text.startswith(f"lowest mean: {best}; ")
+        assert ("not resolved against " + ", ".join(tied[:explorers.STUDY_TIES_SHOWN])) in text if tied \
+            else "resolved below all" in text
+        assert f"{sum(resolved.values())} of {len(resolved)} pairs resolved" in text
+        assert np.isfinite(list(means.values())).all()
+
+
+def test_study_intervals_refuse_one_seed(study_editions):
+    edition = study_editions["first edition"]
+    with pytest.raises(ValueError, match="one seed gives no interval"):
+        explorers.study_summary(edition, 1, 1)

@@ -439,3 +439,131 @@ def attention_maps(models: dict, tokens: torch.Tensor) -> Explorer:
             "showlegend": False,
         },
     )
+
+
+#: The choices of :func:`study_intervals` (16 states): the stored editions of the
+#: length-generalization study (their presets), the evaluation length E as a multiple
+#: of L, and how many of the seeds (the first n) the intervals use.
+STUDY_EDITIONS = {"first edition": "cpu", "second edition": "cpu2"}
+STUDY_SEED_COUNTS = (2, 3)
+#: The most labels the readout names as not resolved against the lowest mean.
+STUDY_TIES_SHOWN = 4
+
+
+def study_editions() -> dict:
+    """Each stored edition of the study as a :class:`posenc.experiments.ledger.Edition`
+    (read by :func:`posenc.experiments.study.load_results`, as the study chapters read
+    it; strict: a store that does not cover its grid raises ``StaleResultsError``)."""
+    from ..experiments.ledger import Edition
+    from ..experiments.study import load_results
+
+    return {name: Edition(load_results(preset=preset), preset)
+            for name, preset in STUDY_EDITIONS.items()}
+
+
+def study_summary(edition, multiple: int, seeds: int) -> dict:
+    """One edition's main labels at E = ``multiple`` × L over its first ``seeds``
+    seeds: each label's ``(mean, lower, upper)`` by
+    :func:`posenc.experiments.stats.mean_ci` (95 % Student-t over seeds), the label
+    of the lowest mean, and every pair's paired difference (row minus column, seed by
+    seed) by :func:`posenc.experiments.stats.difference_interval`.
+
+    Returns:
+        ``{"intervals": {label: (mean, lower, upper)}, "best": label,
+        "pairs": {(a, b): interval}}``, labels in the edition's order, pairs once
+        each (a before b); a label that cannot run the length (a learned table past
+        its end) is left out.
+
+    Raises:
+        ValueError: ``seeds`` outside 2 … the edition's number of seeds (one seed
+            has no interval).
+    """
+    from ..experiments.stats import difference_interval, mean_ci
+
+    kept = list(edition.preset["seeds"])
+    if not 2 <= seeds <= len(kept):
+        raise ValueError(
+            f"seeds must be 2 … {len(kept)} (the edition's seeds {kept}), got "
+            f"{seeds}: one seed gives no interval"
+        )
+    kept = kept[:seeds]
+    values = {}
+    for lab in edition.main:
+        v = edition.values(lab, multiple)
+        if len(v):
+            values[lab] = v.reindex(kept)
+    intervals = {lab: mean_ci(v.to_numpy()) for lab, v in values.items()}
+    pairs = {}
+    labs = list(values)
+    for i, a in enumerate(labs):
+        for b in labs[i + 1:]:
+            pairs[a, b] = difference_interval((values[a] - values[b]).tolist())
+    best = min(intervals, key=lambda lab: intervals[lab][0])
+    return {"intervals": intervals, "best": best, "pairs": pairs}
+
+
+def study_intervals(editions: dict | None = None) -> Explorer:
+    """Each scheme's mean loss past L with its 95 % interval over seeds, from the
+    stored length-generalization study (both editions), at the multiple of L and the
+    number of seeds picked; the readout names the lowest mean, the labels not
+    resolved against it (paired by seed), and how many pairs are resolved.
+
+    Args:
+        editions: name → :class:`posenc.experiments.ledger.Edition`, the names of
+            :data:`STUDY_EDITIONS` (default: :func:`study_editions`, the stored
+            results; no training).
+    """
+    editions = study_editions() if editions is None else editions
+    multiples = (1, 2, 4, 8)
+
+    def state(edition: str, multiple: int, seeds: int) -> dict:
+        found = study_summary(editions[edition], multiple, seeds)
+        best, pairs = found["best"], found["pairs"]
+        tied = [lab for lab in found["intervals"] if lab != best and not pairs[
+            (best, lab) if (best, lab) in pairs else (lab, best)]["resolved"]]
+        color = {lab: OKABE_ITO[0] if lab == best else OKABE_ITO[1] if lab in tied
+                 else "#999999" for lab in found["intervals"]}
+        data = [  # one segment per label: its interval
+            {"type": "scatter", "mode": "lines", "name": lab, "showlegend": False,
+             "x": [float(f"{lo:.6g}"), float(f"{hi:.6g}")], "y": [lab, lab],
+             "line": {"color": color[lab], "width": 4}}
+            for lab, (_, lo, hi) in found["intervals"].items()
+        ]
+        for hue in dict.fromkeys(color.values()):  # the means, one trace per colour
+            labs = [lab for lab in found["intervals"] if color[lab] == hue]
+            data.append({
+                "type": "scatter", "mode": "markers", "name": "mean",
+                "x": [float(f"{found['intervals'][lab][0]:.6g}") for lab in labs],
+                "y": labs, "showlegend": False,
+                "marker": {"color": hue, "size": 9},
+            })
+        shown = ", ".join(tied[:STUDY_TIES_SHOWN]) + (
+            f" and {len(tied) - STUDY_TIES_SHOWN} more"
+            if len(tied) > STUDY_TIES_SHOWN else "")
+        resolved = sum(d["resolved"] for d in pairs.values())
+        return {
+            "data": data,
+            "annotations": [_readout(
+                f"lowest mean: {best}; "
+                + (f"not resolved against {shown}" if tied else "resolved below all")
+                + f"<br>{resolved} of {len(pairs)} pairs resolved (paired, "
+                f"{seeds} seeds, 95 %)"
+            )],
+        }
+
+    return Explorer(
+        controls=[
+            Control("edition", list(STUDY_EDITIONS), "edition"),
+            Control("multiple", multiples, "evaluation length E, multiple of L",
+                    default=2),
+            Control("seeds", STUDY_SEED_COUNTS, "seeds used (the first n)",
+                    default=len(STUDY_SEED_COUNTS) - 1),
+        ],
+        state=state,
+        layout={
+            "xaxis": {"title": {"text": "loss at E (nats per byte): mean, 95 % "
+                                        "interval"}},
+            "yaxis": {"autorange": "reversed", "type": "category"},
+            "showlegend": False,
+        },
+    )
