@@ -555,7 +555,7 @@ def study_intervals(editions: dict | None = None) -> Explorer:
         controls=[
             Control("edition", list(STUDY_EDITIONS), "edition"),
             Control("multiple", multiples, "evaluation length E, multiple of L",
-                    default=2),
+                    default=3),
             Control("seeds", STUDY_SEED_COUNTS, "seeds used (the first n)",
                     default=len(STUDY_SEED_COUNTS) - 1),
         ],
@@ -563,7 +563,7 @@ def study_intervals(editions: dict | None = None) -> Explorer:
         layout={
             "xaxis": {"title": {"text": "loss at E (nats per byte): mean, 95 % "
                                         "interval"}},
-            "yaxis": {"autorange": "reversed", "type": "category"},
+            "yaxis": {"autorange": "reversed", "type": "category", "automargin": True},
             "showlegend": False,
         },
     )
