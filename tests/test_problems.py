@@ -107,6 +107,16 @@ def graded(request, tmp_path_factory):
             "scores": {kind: scores[str(path)] for kind, path in notebooks.items()}}
 
 
+def test_every_lecture_has_its_problem_set():
+    """Each lecture of book/lectures (NAME.md) has a problem set NAME_problems with its planted
+    wrong answer, and each problem set a lecture."""
+    lectures = sorted(p.stem for p in (ROOT / "book" / "lectures").glob("*.md"))
+    assert NAMES == sorted(f"{n}_problems" for n in lectures)
+    for name in NAMES:
+        question, line = planted(name)
+        assert question in question_points(name) and line.strip(), name
+
+
 def test_the_solutions_get_full_marks(graded):
     points = question_points(graded["name"])
     assert len(points) >= 5

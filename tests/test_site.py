@@ -311,16 +311,21 @@ def test_teaching_page_links_every_deck(browser, base_url):
         assert (HTML / "book" / href).resolve().exists(), f"teaching page links a missing deck: {href}"
 
 
-def test_the_teaching_page_leads_with_the_lecture_and_its_links_resolve(browser, base_url):
-    """The teaching page opens with the RoPE lecture (issue 41), and each of its links
-    (the deck, the notes page, the handout, the problem set) is a file of the built site."""
+def test_the_teaching_page_leads_with_the_course_and_its_links_resolve(browser, base_url):
+    """The teaching page opens with the course of four lectures (issues 41 and 43): every
+    lecture of book/lectures, in the course's order, with its four links (the deck, the notes
+    page, the handout, the problem set), each a file of the built site."""
     open_page(browser, f"{base_url}/book/teaching.html")
     first, hrefs = browser.execute_script(
         "const s = document.querySelector('section section');"
-        "return [s.id, Array.from(s.querySelectorAll(':scope > p a')).map(a => a.getAttribute('href'))];")
-    assert first == "the-rope-lecture-90-minutes", first
+        "return [s.id, Array.from(s.querySelectorAll('p a')).map(a => a.getAttribute('href'))];")
+    assert first == "the-course-four-lectures", first
     lectures = [h for h in hrefs if h.startswith("../lectures/")]
-    assert len(lectures) == 4, hrefs
+    decks = [h.split("/")[-1][: -len(".html")] for h in lectures
+             if h.endswith(".html") and not h.endswith("-notes.html")]
+    assert decks == ["positions", "rope", "long_context", "evidence"], decks
+    assert sorted(decks) == sorted(p.stem for p in (HTML.parents[1] / "book" / "lectures").glob("*.md"))
+    assert len(lectures) == 4 * len(decks), hrefs
     for href in lectures:
         assert (HTML / "book" / href).resolve().is_file(), f"the teaching page links a missing file: {href}"
 
