@@ -30,6 +30,9 @@ _NOISE = (1, 128)
 _SYMBOLS = (128, 160)
 _VALUES = (192, 224)
 _MARK, _QUERY = 0, 255
+#: How many byte values an answer is drawn from (the symbols' and the values' ranges).
+ANSWER_VALUES = _SYMBOLS[1] - _SYMBOLS[0]
+assert ANSWER_VALUES == _VALUES[1] - _VALUES[0]
 #: Sizes of the probes' answers: the copied segment, the key–value pairs of recall, the
 #: passkey's bytes.
 COPY_SEGMENT, RECALL_PAIRS, PASSKEY_LENGTH = 16, 8, 5
