@@ -329,3 +329,21 @@ def test_every_lecture_keeps_the_rules(path):
 ])
 def test_a_glued_number_is_written_as_a_slide_says_it(text, said):
     assert lec.readable_number(text) == said
+
+
+def test_the_teaching_pages_course_is_the_lectures_in_order_with_their_minutes():
+    """The course table of book/teaching.md names every lecture of book/lectures once, with the
+    title and minutes of its front matter, and the course's stated total is their sum."""
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "book" / "teaching.md").read_text()
+    rows = re.findall(r"^\| (\d+) \| ([^|]+?) \| (\d+) min \|", page, re.M)
+    lectures = {lec.load(p.stem, p.parent).title: lec.load(p.stem, p.parent)
+                for p in LECTURES}
+    assert [int(n) for n, _, _ in rows] == list(range(1, len(lectures) + 1))
+    assert sorted(title for _, title, _ in rows) == sorted(lectures)
+    for _, title, minutes in rows:
+        assert int(minutes) == lectures[title].minutes, title
+    total = re.search(r"a course on positions of (\d+) minutes", page)
+    assert total and int(total.group(1)) == sum(x.minutes for x in lectures.values())
+    for number, title, minutes in rows:
+        assert f"### {number}. {title} — {minutes} minutes" in page
