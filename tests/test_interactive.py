@@ -65,7 +65,23 @@ def test_t5_figure_says_which_buckets_training_never_reaches():
     figure = explorers.t5_buckets()
     assert len(figure.states) == 48
     text = figure.states[figure.default_key]["layout"]["annotations"][0]["text"]
-    assert text == "5 of 32 buckets never reached within L<br>(buckets 27–31)"  # max_distance 128, L 64
+    assert text == "5 of 32 buckets reached only past L<br>(buckets 27–31)"  # max_distance 128, L 64
+
+
+def test_t5_readout_tells_a_bucket_no_distance_reaches_from_one_beyond_l():
+    """32 buckets up to a max_distance of 32: the package maps no distance at all to
+    bucket 20 (floor of the log jumps from 19 to 21), so "beyond L" would mislead."""
+    full = t5_relative_position_bucket(-torch.arange(4096), bidirectional=False,
+                                       num_buckets=32, max_distance=32)
+    assert sorted(set(range(32)) - set(full.tolist())) == [20]
+    for length in explorers.T5_TRAIN_LENGTHS:
+        assert explorers.t5_buckets_readout(32, 32, length) == (
+            "bucket 20: no distance maps to it<br>the other 31 of 32 buckets are reached within L")
+    assert explorers.t5_buckets_readout(32, 32, 16) == (
+        "bucket 20: no distance maps to it<br>15 of 32 buckets reached only past L<br>"
+        "(buckets 16–19, 21–31)")
+    assert explorers.t5_buckets_readout(16, 256, 128) == (
+        "1 of 16 buckets reached only past L<br>(bucket 15)")
 
 
 def test_the_site_loads_plotly_from_itself_and_notebooks_from_the_mirror(monkeypatch):

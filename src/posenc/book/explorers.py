@@ -129,18 +129,46 @@ def unreached_buckets(num_buckets: int, max_distance: int, train_length: int) ->
     return sorted(set(range(num_buckets)) - set(seen.tolist()))
 
 
+def _bucket_runs(buckets: list) -> str:
+    """``[20]`` → "bucket 20", ``[20, 27, 28, 29]`` → "buckets 20, 27–29"."""
+    runs: list[list[int]] = []
+    for b in buckets:
+        if runs and b == runs[-1][-1] + 1:
+            runs[-1].append(b)
+        else:
+            runs.append([b])
+    said = ", ".join(f"{r[0]}" if len(r) == 1 else f"{r[0]}–{r[-1]}" for r in runs)
+    return f"bucket {said}" if len(buckets) == 1 else f"buckets {said}"
+
+
+def t5_buckets_readout(num_buckets: int, max_distance: int, train_length: int) -> str:
+    """The explorer's readout: the buckets only distances of ``train_length`` or more
+    reach, apart from those no distance reaches at all (every distance from
+    ``max_distance`` on shares the last bucket, so none beyond it can reach them)."""
+    missing = unreached_buckets(num_buckets, max_distance, train_length)
+    never = unreached_buckets(num_buckets, max_distance, max_distance + 1)
+    beyond = [b for b in missing if b not in never]
+    if beyond:
+        lines = [f"{len(beyond)} of {num_buckets} buckets reached only past L<br>"
+                 f"({_bucket_runs(beyond)})"]
+    elif never:
+        lines = [f"the other {num_buckets - len(never)} of {num_buckets} buckets "
+                 "are reached within L"]
+    else:
+        lines = [f"every one of the {num_buckets} buckets is reached within L"]
+    if never:
+        them = "them" if len(never) > 1 else "it"
+        lines.insert(0, f"{_bucket_runs(never)}: no distance maps to {them}")
+    return "<br>".join(lines)
+
+
 def t5_buckets() -> Explorer:
     """T5's buckets against distance (Raffel et al. 2020, §2.1), causal, with the
     training length as a line and the buckets it never reaches."""
 
     def state(num_buckets: int, max_distance: int, train_length: int) -> dict:
         x, y = t5_bucket_steps(num_buckets, max_distance)
-        missing = unreached_buckets(num_buckets, max_distance, train_length)
-        said = (
-            f"{len(missing)} of {num_buckets} buckets never reached within L<br>"
-            f"(buckets {missing[0]}–{missing[-1]})" if missing
-            else f"every one of the {num_buckets} buckets is reached within L"
-        )
+        said = t5_buckets_readout(num_buckets, max_distance, train_length)
         return {
             "data": [{
                 "type": "scatter", "x": x + [T5_DISTANCES - 1], "y": y + [y[-1]],
