@@ -315,7 +315,7 @@ def test_study_interval_states_hold_the_stored_studys_intervals(study_editions):
         assert ("not resolved against " + ", ".join(tied[:explorers.STUDY_TIES_SHOWN])) in text if tied \
             else "resolved below all" in text
         assert f"{sum(resolved.values())} of {len(resolved)} pairs resolved" in text
-        assert f"among {len(runnable)} models: each scheme at its defaults" in text
+        assert f"<br>{len(runnable)} models: each scheme at its defaults" in text
         assert np.isfinite(list(means.values())).all()
 
 

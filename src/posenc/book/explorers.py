@@ -575,8 +575,8 @@ def study_intervals(editions: dict | None = None) -> Explorer:
                 f"lowest mean: {best}; "
                 + (f"not resolved against {shown}" if tied else "resolved below all")
                 + f"<br>{resolved} of {len(pairs)} pairs resolved (paired, "
-                f"{seeds} seeds, 95 %) among {len(found['intervals'])} models: "
-                "each scheme at its defaults and the layer patterns, no variants"
+                f"{seeds} seeds, 95 %)<br>{len(found['intervals'])} models: "
+                "each scheme at its defaults, the layer patterns; no variants"
             )],
         }
 
