@@ -3,8 +3,8 @@ planted.json), graded by otter-grader against the package (posenc.book.problems)
 the solutions get full marks, the student's blank copy none, and a copy with one planted wrong
 answer loses exactly that question's points. Every expected score comes from the source notebook's question configs, never a typed
 number. The student's copy carries its questions and public tests, not a solution or a hidden
-test. The values the RoPE set's hidden tests compare against (posenc's) agree with transformers
-5.23 at that set's settings.
+test. The frequencies the RoPE and long-context sets' hidden tests compare against (posenc's)
+agree with transformers 5.23 at each set's settings.
 
 The grading runs in the grader environment .venv-grader (``make grader-env``), whose Python sees
 the book's .venv after its own packages; without it these tests skip and say so, unless
@@ -45,9 +45,10 @@ def source(name: str) -> Path:
 
 def planted(name: str) -> tuple[str, str]:
     """The question whose answer the planted copy gets wrong, and the line that plants it,
-    from the problem set's ``planted.json`` (``{"question": "q5", "line": "..."}``): an
-    answer that passes the question's public check and fails its hidden one. For the RoPE
-    set, one more pair "kept" than YaRN keeps."""
+    from the problem set's ``planted.json`` (``{"question": "q8", "line": "..."}``): an
+    answer that passes the question's public check and fails its hidden one (for the RoPE
+    set, partial rotary's partner of feature 0 taken half a head away, not half the
+    rotated features)."""
     found = json.loads((source(name).parent / "planted.json").read_text())
     return found["question"], found["line"]
 
@@ -205,31 +206,41 @@ def test_without_otter_or_the_problem_set_the_errors_say_what_to_do(monkeypatch)
         problems.source_notebook("rope", ROOT)
 
 
-def settings() -> dict[str, float]:
-    """The problem set's settings (head_dim, rope_theta, original_max_position_embeddings),
-    read from its settings cell."""
-    cell = next(c.source for c in nbformat.read(SOURCE, as_version=4).cells
+def settings(name: str = NAME) -> dict[str, float]:
+    """A problem set's settings (head_dim, rope_theta, original_max_position_embeddings), read
+    from its settings cell."""
+    cell = next(c.source for c in nbformat.read(source(name), as_version=4).cells
                 if c.cell_type == "code" and c.source.startswith("head_dim ="))
-    return {node.targets[0].id: ast.literal_eval(node.value) for node in ast.parse(cell).body}
+    found = {}
+    for node in ast.parse(cell).body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            try:
+                found[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                continue  # a computed line (the long-context set's inv_freq)
+    return found
 
 
-@pytest.mark.parametrize("rope_type, parameters, lengths", [
-    ("default", {}, None),
-    ("linear", {"factor": 8.0}, None),
-    ("yarn", {"factor": 8.0}, None),
-    ("dynamic", {"factor": 4.0}, 4),
-], ids=["default", "linear", "yarn", "dynamic"])
-def test_the_hidden_tests_reference_agrees_with_transformers(rope_type, parameters, lengths):
+@pytest.mark.parametrize("name, rope_type, parameters, lengths", [
+    ("rope_problems", "default", {}, None),
+    ("long_context_problems", "default", {}, None),
+    ("long_context_problems", "dynamic", {"factor": 2.0}, 3),
+    ("long_context_problems", "yarn", {"factor": 4.0}, None),
+    ("long_context_problems", "llama3", {"factor": 8.0, "low_freq_factor": 1.0,
+                                         "high_freq_factor": 4.0}, None),
+], ids=["rope-default", "long-default", "long-dynamic", "long-yarn", "long-llama3"])
+def test_the_hidden_tests_reference_agrees_with_transformers(name, rope_type, parameters, lengths):
     """posenc's frequencies and attention factor, which the hidden tests hold the answers to,
-    against transformers 5.23's at the problem set's head_dim, rope_theta and L (the factors
-    of its questions 4 to 7; dynamic NTK at the length 4L of question 7)."""
+    against transformers 5.23's at each set's head_dim, rope_theta and L: the RoPE set's
+    frequencies (its questions 1, 2 and 5), and the long-context set's rules at the factors of
+    its questions 2 to 4 (dynamic NTK at the length 3L of question 2)."""
     from transformers import LlamaConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-    s = settings()
+    s = settings(name)
     head_dim, base, length = s["head_dim"], s["rope_theta"], s["original_max_position_embeddings"]
-    if rope_type in ("yarn", "dynamic"):
+    if rope_type in ("yarn", "dynamic", "llama3"):
         parameters = {**parameters, "original_max_position_embeddings": length}
     seq_len = None if lengths is None else lengths * length
     scaling = None if rope_type == "default" else {"rope_type": rope_type, **parameters}
