@@ -623,6 +623,7 @@ html.print-pdf .reveal .slides section:not(.stack) {{ padding: 0 56px !important
 .reveal .slide-number {{ font-size: 18px; }}
 .reveal .posenc-interactive, .reveal .posenc-interactive-plot {{ width: 1168px; }}
 .reveal ul {{ display: block; }}
+.reveal table {{ margin-bottom: 24px; }}
 </style>
 </head><body>
 <div class="reveal"><div class="slides">
