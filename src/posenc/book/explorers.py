@@ -13,6 +13,9 @@ each computed by the package's own functions at every state.
   θ′/θ per pair for each ``rope_type``, from :func:`posenc.rope_inv_freq`.
 * :func:`alibi_attention` and :func:`attention_maps` (chapter "ALiBi"): the attention
   each head's bias alone gives at one query, and the trained tiny LMs' attention maps.
+* :func:`study_intervals` (the lecture "The evidence"): each scheme's mean loss past L
+  with its interval over seeds, from the stored length-generalization study, and the
+  pairs resolved, by edition, multiple of L and number of seeds.
 
 Shapes:
     one pair of q and k, (2,); distances (D,) and their buckets (D,); inv_freq (r/2,);
