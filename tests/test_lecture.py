@@ -346,4 +346,4 @@ def test_the_teaching_pages_course_is_the_lectures_in_order_with_their_minutes()
     total = re.search(r"a course on positions of (\d+) minutes", page)
     assert total and int(total.group(1)) == sum(x.minutes for x in lectures.values())
     for number, title, minutes in rows:
-        assert f"### {number}. {title} — {minutes} minutes" in page
+        assert f"### Lecture {number}: {title} — {minutes} minutes" in page
