@@ -319,7 +319,11 @@ def test_study_interval_states_hold_the_stored_studys_intervals(study_editions):
         assert np.isfinite(list(means.values())).all()
 
 
-def test_study_intervals_refuse_one_seed(study_editions):
+def test_study_intervals_refuse_one_seed_more_seeds_and_an_unscored_length(study_editions):
     edition = study_editions["first edition"]
-    with pytest.raises(ValueError, match="one seed gives no interval"):
+    with pytest.raises(ValueError, match="got 1: an interval needs two seeds at least"):
         explorers.study_summary(edition, 1, 1)
+    with pytest.raises(ValueError, match=r"seeds must be 2 … 3, got 4"):
+        explorers.study_summary(edition, 1, 4)
+    with pytest.raises(ValueError, match=r"multiple must be one of \[1, 2, 4, 8\].*got 3"):
+        explorers.study_summary(edition, 3, 3)

@@ -507,16 +507,21 @@ def study_summary(edition, multiple: int, seeds: int) -> dict:
 
     Raises:
         ValueError: ``seeds`` outside 2 … the edition's number of seeds (one seed
-            has no interval).
+            has no interval), or ``multiple`` a length the edition did not score.
     """
     from ..experiments.stats import difference_interval, mean_ci
 
     kept = list(edition.preset["seeds"])
     if not 2 <= seeds <= len(kept):
         raise ValueError(
-            f"seeds must be 2 … {len(kept)} (the edition's seeds {kept}), got "
-            f"{seeds}: one seed gives no interval"
+            f"seeds must be 2 … {len(kept)}, got {seeds}: an interval needs two seeds "
+            f"at least, and the edition has {len(kept)} ({kept})"
         )
+    scored = sorted({m for lab in edition.main for m in (1, 2, 4, 8)
+                     if len(edition.values(lab, m))})
+    if multiple not in scored:
+        raise ValueError(f"multiple must be one of {scored} (the lengths the edition "
+                         f"scored, × L), got {multiple}")
     kept = kept[:seeds]
     values = {}
     for lab in edition.main:
